@@ -1,0 +1,84 @@
+"""Every configuration key with the paper's value, and the one check that all configs pass through.
+
+configs/*.py start from `paper_config()` and change values; a key that is not here is a typo and is refused.
+"""
+
+import ml_collections
+
+DTYPES = ("float32", "bfloat16")
+
+
+def paper_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  # The network (networks.py) and where its towers go.
+  c.network = "alexnet"
+  c.width = 1.0  # scales every hidden layer
+  c.towers = 2
+  c.image_size = 224
+  c.weight_init = "paper"  # N(0, 0.01); 'he' scales by fan-in
+  c.lrn_alpha_over_n = False  # the paper's formula; True gives Caffe's and cuda-convnet's α/n
+  c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
+  c.kernel_backend = "auto"
+  c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
+  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
+  # Data.
+  c.dataset = ml_collections.ConfigDict(dict(
+      name="imagenet2012", data_dir="", num_classes=1000, num_train_examples=1_281_167,
+      num_eval_examples=50_000))
+  # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
+  c.batch_size = 128
+  c.eval_batch_size = 128
+  c.learning_rate = 0.01
+  c.momentum = 0.9
+  c.weight_decay = 5e-4
+  c.num_epochs = 90.0
+  c.lr_drop_epochs = (30.0, 60.0, 80.0)
+  # Bookkeeping.
+  c.log_every_steps = 100
+  c.eval_every_steps = 5000
+  c.checkpoint_every_steps = 1000
+  c.checkpoints_to_keep = 3
+  return c
+
+
+def _choices(config, key, allowed):
+  if config[key] not in allowed:
+    raise ValueError(f"config.{key}={config[key]!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Raises one ValueError naming the first problem: an unknown key or a value out of range."""
+  from alexnet_jax import ops  # noqa: PLC0415  (configs import this module before jax is set up)
+  from alexnet_jax.data import DATASETS  # noqa: PLC0415
+  from alexnet_jax.model import INITS  # noqa: PLC0415
+  from alexnet_jax.networks import NETWORKS  # noqa: PLC0415
+
+  known = paper_config()
+
+  def walk(cfg, ref, prefix):
+    for key in cfg.keys():
+      if key not in ref:
+        raise ValueError(f"unknown config key {prefix}{key!r}; known keys: {', '.join(sorted(ref.keys()))}")
+      if isinstance(ref[key], ml_collections.ConfigDict):
+        walk(cfg[key], ref[key], f"{prefix}{key}.")
+
+  walk(config, known, "")
+  _choices(config, "network", tuple(NETWORKS))
+  _choices(config, "weight_init", INITS)
+  _choices(config, "dtype", DTYPES)
+  _choices(config, "kernel_backend", ops.BACKENDS)
+  if config.dataset.name not in DATASETS:
+    raise ValueError(f"unknown dataset {config.dataset.name!r}; choose one of {', '.join(sorted(DATASETS))}")
+  for key in ("batch_size", "eval_batch_size", "towers", "image_size", "log_every_steps", "eval_every_steps",
+              "checkpoint_every_steps", "checkpoints_to_keep"):
+    if int(config[key]) < 1:
+      raise ValueError(f"config.{key} must be a positive integer, got {config[key]!r}")
+  if config.width <= 0 or config.learning_rate <= 0 or config.num_epochs <= 0:
+    raise ValueError("config.width, config.learning_rate and config.num_epochs must be positive")
+  data, model = config.mesh.data, config.mesh.model
+  if config.towers % model:
+    raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
+  if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
+    raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
+  return config

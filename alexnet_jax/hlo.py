@@ -1,0 +1,50 @@
+"""Reading the collectives out of compiled HLO text: which layer each belongs to and how many bytes it moves."""
+
+import dataclasses
+import math
+import re
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
+_OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+  kind: str
+  scope: str  # the op_name path of the jax code that made it
+  group_size: int  # devices taking part in each group
+  bytes: int  # the whole tensor: gathered result, scattered input, or reduced operand
+
+  def layer(self, names) -> str | None:
+    """The first of `names` that appears as a scope in the op's path."""
+    parts = set(re.split(r"[/():]", self.scope))
+    return next((n for n in names if n in parts), None)
+
+
+def _group_size(line: str) -> int:
+  if m := re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line):  # mesh['data'=1,'model'=2] {'model'}
+    sizes = dict(re.findall(r"'(\w+)'=(\d+)", m.group(1)))
+    return math.prod(int(sizes[a]) for a in re.findall(r"'(\w+)'", m.group(2)))
+  if m := re.search(r"replica_groups=\[[\d,]+\]<=\[[\d,]+\]", line):  # iota form [groups,size]<=[n]
+    return int(re.search(r"\[(?:\d+,)*(\d+)\]<=", m.group(0)).group(1))
+  if m := re.search(r"replica_groups=\{\{([\d,]*)\}", line):  # explicit {{0,1},{2,3}}
+    return len(m.group(1).split(","))
+  return 1
+
+
+def collectives(hlo_text: str) -> list[Collective]:
+  found = []
+  for line in hlo_text.splitlines():
+    m = _OP.search(line)
+    if not m or "-done(" in line:
+      continue
+    shape, kind = m.groups()
+    size = sum(_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(shape))
+    group = _group_size(line)
+    if kind == "reduce-scatter":
+      size *= group
+    scope = re.search(r'op_name="([^"]*)"', line)
+    found.append(Collective(kind, scope.group(1) if scope else "", group, size))
+  return found

@@ -1,0 +1,18 @@
+"""The network's ops, each in cuda-convnet's batch-last layout.
+
+Conv-stack activations are CHWN (channels, height, width, images) and fully-connected activations are (features,
+images): the image index is always the last, contiguous axis, as in cuda-convnet. Every op takes a `backend`:
+'auto' and 'xla' run the XLA reference (lax with CHWN dimension numbers) on every platform; the Triton kernels
+plug in here as further backends without changing any caller.
+"""
+
+from alexnet_jax.ops.backend import BACKENDS, check_backend
+from alexnet_jax.ops.conv import conv2d, conv2d_reference
+from alexnet_jax.ops.dense import dense, dense_reference, dropout
+from alexnet_jax.ops.lrn import LRN_PAPER, lrn, lrn_reference
+from alexnet_jax.ops.pool import max_pool, max_pool_reference
+
+__all__ = [
+    "BACKENDS", "LRN_PAPER", "check_backend", "conv2d", "conv2d_reference", "dense", "dense_reference", "dropout",
+    "lrn", "lrn_reference", "max_pool", "max_pool_reference",
+]

@@ -1,0 +1,78 @@
+"""Placing the towers: a ('data', 'model') mesh and the shard_map'd forward pass.
+
+The 'model' axis carries the towers (the paper's two GPUs: size 2, one tower each; size 1 runs both towers on one
+device as grouped convolutions). The 'data' axis, size 1 in the paper, splits the batch for further devices. Inside
+the shard_map every device runs `Network` on its own towers and batch slice; the only collectives are the ones the
+layer table asks for. Gradients come from differentiating through the shard_map, which sums weight gradients over
+'data' where that axis is larger than 1.
+"""
+
+import functools
+
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax.model import Network
+from alexnet_jax.networks import Layer
+
+
+def make_mesh(model: int, data: int = 1, devices=None) -> jax.sharding.Mesh:
+  """A data × model mesh over the first data·model devices; data=-1 takes every device left."""
+  devices = list(devices if devices is not None else jax.devices())
+  if data == -1:
+    data = len(devices) // model
+  if model < 1 or data < 1 or data * model > len(devices):
+    raise ValueError(f"a mesh of data={data} × model={model} needs {data * model} devices, but "
+                     f"{len(devices)} are available ({devices[0].platform}); on CPU set "
+                     "jax_num_cpu_devices (scripts/train.py does this from the config)")
+  # Auto axes: outside the shard_map (loss, optimizer) XLA propagates the shardings; explicit axes would make
+  # every such op state its output sharding.
+  return jax.make_mesh((data, model), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                       devices=devices[: data * model])
+
+
+def param_specs(layers: tuple[Layer, ...], params, tower_axis: str | None = "model"):
+  """Tower axis over `tower_axis` for every weight, except the one bias of a split='sum' layer (replicated)."""
+  summed = {layer.name for layer in layers if layer.split == "sum"}
+
+  def spec(path, _):
+    layer, leaf = (k.key for k in path[-2:])
+    return P() if (layer in summed and leaf == "bias") or tower_axis is None else P(tower_axis)
+
+  return jax.tree_util.tree_map_with_path(spec, params)
+
+
+def shard_params(mesh, layers, params):
+  """Places host parameters (all towers) on the mesh: each device gets its own towers."""
+  specs = param_specs(layers, params)
+  return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+
+
+def sharded_apply(net: Network, mesh, layers: tuple[Layer, ...]):
+  """Returns apply(params, images_chwn, dropout_key, train) → logits (N, classes), batch split over 'data'.
+
+  `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share. Only mesh
+  axes of more than one device are manual: an axis of one device would add collectives that move nothing.
+  """
+  model_size = mesh.shape["model"]
+  if net.towers % model_size:
+    raise ValueError(f"{net.towers} towers cannot be spread evenly over a model axis of {model_size} devices")
+  manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1}
+  batch = "data" if "data" in manual else None
+  local_net = net.clone(tower_axis="model" if "model" in manual else None)
+
+  def apply(params, images, key, train):
+    if batch:  # each data shard draws its own dropout masks; towers fold in their own index in the model
+      key = jax.random.fold_in(key, jax.lax.axis_index(batch))
+    return local_net.apply({"params": params}, images, train=train, rngs={"dropout": key})
+
+  def run(params, images, key, train=False):
+    if not manual:
+      return apply(params, images, key, train)
+    specs = param_specs(layers, params, local_net.tower_axis)
+    fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
+                       in_specs=(specs, P(None, None, None, batch), P()), out_specs=P(batch, None))
+    return fn(params, images, key)
+
+  return run

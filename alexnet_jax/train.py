@@ -1,0 +1,183 @@
+"""Training and evaluation, in the shape of flax's imagenet example: create_train_state, train_step, eval_step and
+train_and_evaluate, which runs the loop with evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a
+rerun of the same command resumes from.
+"""
+
+import functools
+import math
+import time
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import tqdm
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax import checkpoints, parallel
+from alexnet_jax.config import validate
+from alexnet_jax.data.pipeline import get_dataset, prefetch
+from alexnet_jax.metrics import MetricWriter
+from alexnet_jax.model import Network
+from alexnet_jax.networks import get_network
+
+
+class TrainState(flax.struct.PyTreeNode):
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+@flax.struct.dataclass
+class Setup:
+  """Everything that a config fixes before training: the network, its mesh and the optimiser."""
+
+  layers: tuple = flax.struct.field(pytree_node=False)
+  net: Network = flax.struct.field(pytree_node=False)
+  mesh: Any = flax.struct.field(pytree_node=False)
+  tx: Any = flax.struct.field(pytree_node=False)
+  schedule: Any = flax.struct.field(pytree_node=False)
+  total_steps: int = flax.struct.field(pytree_node=False)
+
+
+def make_setup(config, num_classes: int, num_train: int) -> Setup:
+  layers = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers)
+  net = Network(layers, towers=config.towers, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init,
+                lrn_alpha_over_n=config.lrn_alpha_over_n, backend=config.kernel_backend)
+  mesh = parallel.make_mesh(config.mesh.model, config.mesh.data)
+  steps_per_epoch = max(1, num_train // config.batch_size)
+  total_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
+  # The paper divides the learning rate by 10 three times; boundaries are given in epochs.
+  schedule = optax.piecewise_constant_schedule(
+      config.learning_rate, {int(e * steps_per_epoch): 0.1 for e in config.lr_drop_epochs})
+  # Decay is added to the gradient before momentum, as in the paper's update rule.
+  tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
+                   optax.sgd(schedule, momentum=config.momentum))
+  return Setup(layers, net, mesh, tx, schedule, total_steps)
+
+
+def create_train_state(setup: Setup, config, key) -> TrainState:
+  """Initialises all towers' parameters on the host and places each tower on its device."""
+  s = config.image_size
+  params = jax.jit(setup.net.init, static_argnames="train")(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
+  params = parallel.shard_params(setup.mesh, setup.layers, params)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=jax.jit(setup.tx.init)(params))
+
+
+def check_batch(batch: dict, config) -> None:
+  s, n = config.image_size, batch["image"].shape[0]
+  if batch["image"].shape[1:] != (s, s, 3) or batch["label"].shape != (n,):
+    raise ValueError(f"expected images of shape (N, {s}, {s}, 3) with labels (N,), got images "
+                     f"{batch['image'].shape} and labels {batch['label'].shape}")
+
+
+def put_batch(mesh, batch: dict) -> dict:
+  """Places a host batch on the mesh, its images' batch axis split over 'data'."""
+  return {k: jax.device_put(v, NamedSharding(mesh, P("data", *(None,) * (v.ndim - 1)))) for k, v in batch.items()}
+
+
+def logits_fn(setup: Setup):
+  apply = parallel.sharded_apply(setup.net, setup.mesh, setup.layers)
+  return lambda params, images, key, train: apply(params, jnp.transpose(images, (3, 1, 2, 0)), key, train)
+
+
+def metrics_of(logits, labels, mask=None):
+  """Sums of loss, top-1 and top-5 hits and example count (masked examples count for nothing)."""
+  mask = jnp.ones(labels.shape, bool) if mask is None else mask
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  _, top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
+  hits = top5 == labels[:, None]
+  return dict(loss=jnp.sum(loss * mask), top1=jnp.sum(hits[:, 0] * mask), top5=jnp.sum(hits.any(-1) * mask),
+              count=jnp.sum(mask))
+
+
+def train_step(state: TrainState, batch: dict, key, *, setup: Setup):
+  """One SGD step; the dropout key is folded with the step so that a resumed run draws the same masks."""
+  forward = logits_fn(setup)
+  key = jax.random.fold_in(key, state.step)
+
+  def loss_fn(params):
+    logits = forward(params, batch["image"], key, True)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+    return loss, logits
+
+  (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = metrics_of(logits, batch["label"]) | dict(learning_rate=setup.schedule(state.step))
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(state: TrainState, batch: dict, *, setup: Setup):
+  logits = logits_fn(setup)(state.params, batch["image"], jax.random.key(0), False)
+  return metrics_of(logits, batch["label"], batch["mask"])
+
+
+def summarise(sums: dict) -> dict:
+  """Per-example means from summed metrics: loss, top-1 and top-5 accuracy."""
+  n = max(float(sums["count"]), 1.0)
+  return {k: float(sums[k]) / n for k in ("loss", "top1", "top5")}
+
+
+def evaluate(state, dataset, config, p_eval_step, mesh) -> dict:
+  total = None
+  for batch in dataset.eval_batches(config.eval_batch_size):
+    m = p_eval_step(state, put_batch(mesh, batch))
+    total = m if total is None else jax.tree.map(jnp.add, total, m)
+  return summarise(jax.device_get(total))
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir`; returns the final eval metrics."""
+  config = validate(config)
+  dataset = get_dataset(config)
+  setup = make_setup(config, dataset.num_classes, dataset.num_train)
+  key = jax.random.key(config.seed)
+  state = create_train_state(setup, config, key)
+  manager = checkpoints.manager(workdir, config)
+  state = checkpoints.restore(manager, state)
+  start = int(state.step)
+  writer = MetricWriter(workdir, resume_step=start)
+  if start == 0:
+    writer.write_config(config)
+  p_train_step = jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0)
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup))
+  print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
+        f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
+        f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
+
+  def host_batch(step):
+    batch = dataset.train_batch(step, config.batch_size)
+    check_batch(batch, config)
+    return batch
+
+  eval_metrics, sums, t0, logged = {}, None, time.time(), start
+  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
+  for step, batch in zip(range(start, setup.total_steps), prefetch(host_batch, start, setup.total_steps)):
+    state, m = p_train_step(state, put_batch(setup.mesh, batch), key)
+    lr = m.pop("learning_rate")
+    sums = m if sums is None else jax.tree.map(jnp.add, sums, m)
+    done = step + 1
+    if done % config.log_every_steps == 0 or done == setup.total_steps:
+      train = summarise(jax.device_get(sums))
+      train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0))
+      writer.write("train", done, train)
+      bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
+      sums, t0, logged = None, time.time(), done
+    if done % config.eval_every_steps == 0 or done == setup.total_steps:
+      eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
+      writer.write("eval", done, eval_metrics)
+      bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
+                f"top-5 {eval_metrics['top5']:.4f}")
+    checkpoints.save(manager, done, state, force=done == setup.total_steps)
+    bar.update(1)
+  bar.close()
+  manager.wait_until_finished()
+  writer.close()
+  if not eval_metrics:  # nothing left to train: report on the restored state
+    eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
+  return eval_metrics

@@ -1,0 +1,31 @@
+"""Trains a network: python scripts/train.py --config configs/demo.py [--config.key=value …] [--workdir DIR]."""
+
+import sys
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+config_flags.DEFINE_config_file("config", None, "a configs/*.py file", lock_config=True)
+flags.DEFINE_string("workdir", None, "checkpoints, TensorBoard files and metrics.jsonl (default: runs/<config>)")
+
+
+def main(argv):
+  del argv
+  config = flags.FLAGS.config
+  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; the progress bar says enough
+  if config.cpu_devices:  # must precede the first use of a JAX backend
+    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
+
+  workdir = flags.FLAGS.workdir or "runs/" + flags.FLAGS["config"].value.split("/")[-1].removesuffix(".py")
+  try:
+    metrics = train_and_evaluate(config, workdir)
+  except ValueError as e:  # bad config, data or checkpoint: one line, no traceback
+    sys.exit(f"error: {e}")
+  print(f"final eval: top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}  loss {metrics['loss']:.4f}")
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
+  app.run(main)

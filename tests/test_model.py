@@ -1,0 +1,75 @@
+"""The paper's network: its size, its layer shapes and its initialisation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from alexnet_jax.model import Network
+from alexnet_jax.networks import Layer, alexnet, get_network
+
+
+def paper_params(key=None, init="paper"):
+  net = Network(alexnet(), weight_init=init)
+  x = jnp.zeros((3, 224, 224, 1))
+  if key is None:
+    return jax.eval_shape(lambda: net.init(jax.random.key(0), x))["params"]
+  return jax.jit(net.init)(key, x)["params"]
+
+
+def test_paper_parameter_count_is_exact():
+  params = paper_params()
+  assert sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params)) == 60_965_224
+  assert params["conv1"]["kernel"].shape == (2, 3, 11, 11, 48)
+  assert params["conv2"]["kernel"].shape == (2, 48, 5, 5, 128)  # reads its own tower's 48 maps
+  assert params["conv3"]["kernel"].shape == (2, 256, 3, 3, 192)  # reads all 256 maps of both towers
+  assert params["fc6"]["kernel"].shape == (2, 9216, 2048)
+  assert params["fc8"]["kernel"].shape == (2, 2048, 1000) and params["fc8"]["bias"].shape == (1000,)
+
+
+def test_layer_shapes_follow_the_paper():
+  net = Network(alexnet())
+  x = jnp.zeros((3, 224, 224, 2))
+  params = paper_params()
+  _, state = jax.eval_shape(lambda p: net.apply({"params": p}, x, mutable=["intermediates"]), params)
+  shapes = {k: v.shape for k, v in state["intermediates"]["activations"][0].items()}
+  assert shapes["conv1"] == (96, 55, 55, 2)  # CHWN, both towers' 48 maps
+  assert shapes["pool1"] == (96, 27, 27, 2)
+  assert shapes["conv2"] == (256, 27, 27, 2)
+  assert shapes["pool2"] == (256, 13, 13, 2)
+  assert shapes["conv5"] == (256, 13, 13, 2)
+  assert shapes["pool5"] == (256, 6, 6, 2)
+  assert shapes["fc6"] == (4096, 2) and shapes["fc8"] == (1000, 2)
+
+
+def test_paper_initialisation_statistics():
+  params = paper_params(jax.random.key(0))
+  for name, p in params.items():
+    w = np.asarray(p["kernel"])
+    assert abs(w.mean()) < 1e-3 and abs(w.std() - 0.01) < 1e-3, name
+    want_bias = 1.0 if name in ("conv2", "conv4", "conv5", "fc6", "fc7") else 0.0
+    np.testing.assert_array_equal(np.asarray(p["bias"]), want_bias, err_msg=name)
+  # The two towers start from different filters.
+  assert not np.allclose(params["conv1"]["kernel"][0], params["conv1"]["kernel"][1])
+
+
+def test_he_initialisation_scales_by_fan_in():
+  params = paper_params(jax.random.key(1), init="he")
+  assert abs(float(params["conv1"]["kernel"].std()) - (2 / (3 * 11 * 11)) ** 0.5) < 2e-3
+  assert abs(float(params["fc6"]["kernel"].std()) - (2 / 9216) ** 0.5) < 1e-4
+  assert float(jnp.abs(params["fc6"]["bias"]).max()) == 0.0
+
+
+def test_width_and_classes_scale_the_table():
+  layers = alexnet(num_classes=10, width=0.25)
+  filters = {layer.name: layer.filters for layer in layers if layer.filters}
+  assert filters == dict(conv1=24, conv2=64, conv3=96, conv4=96, conv5=64, fc6=1024, fc7=1024, fc8=10)
+
+
+def test_bad_tables_and_names_are_refused():
+  with pytest.raises(ValueError, match="unknown network"):
+    get_network("lenet")
+  with pytest.raises(ValueError, match="unknown kind"):
+    Layer("x", "deconv")
+  with pytest.raises(ValueError, match="split='sum'"):
+    Layer("x", "conv", filters=4, split="sum")

@@ -1,0 +1,93 @@
+"""The split: two devices with a tower each compute what one device with both towers computes, and talk only where
+the paper's GPUs talked (conv3, fc6, fc7, fc8)."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from alexnet_jax import hlo, parallel, train
+from alexnet_jax.config import paper_config
+from alexnet_jax.model import Network
+from alexnet_jax.networks import alexnet
+
+B = 4
+
+
+def small_config(**changes):
+  c = paper_config()
+  c.width, c.image_size, c.weight_init = 0.25, 112, "he"
+  c.dataset.name, c.dataset.num_classes, c.batch_size = "procedural", 10, B
+  c.update(changes)
+  return c
+
+
+def logits_and_grads(model_devices, train_mode):
+  layers = alexnet(num_classes=10, width=0.25)
+  net = Network(layers, weight_init="he")
+  x = jax.random.normal(jax.random.key(1), (3, 112, 112, B))
+  params = net.init(jax.random.key(0), x)["params"]
+  mesh = parallel.make_mesh(model=model_devices)
+  apply = parallel.sharded_apply(net, mesh, layers)
+  params = parallel.shard_params(mesh, layers, params)
+
+  def loss(p):
+    logits = apply(p, x, jax.random.key(3), train_mode)
+    return (logits * np.arange(10)).sum() / B, logits
+
+  (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  return np.asarray(logits), jax.tree.map(np.asarray, grads)
+
+
+@pytest.mark.parametrize("train_mode", [False, True])  # True: dropout masks must agree too
+def test_two_devices_match_one_device(train_mode):
+  logits1, grads1 = logits_and_grads(1, train_mode)
+  logits2, grads2 = logits_and_grads(2, train_mode)
+  np.testing.assert_allclose(logits2, logits1, rtol=1e-5, atol=1e-5)
+  for path, g1 in jax.tree_util.tree_leaves_with_path(grads1):
+    g2 = functools.reduce(lambda t, k: t[k.key], path, grads2)
+    scale = np.abs(g1).max() + 1e-12
+    np.testing.assert_allclose(g2 / scale, g1 / scale, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def compiled_train_step(config):
+  setup = train.make_setup(config, 10, 1000)
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  s = config.image_size
+  batch = train.put_batch(setup.mesh, dict(image=np.zeros((B, s, s, 3), np.float32), label=np.zeros(B, np.int32)))
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  return setup, step.lower(state, batch, jax.random.key(0)).compile().as_text()
+
+
+def test_collectives_only_at_conv3_and_the_fc_layers():
+  setup, text = compiled_train_step(small_config())
+  names = [layer.name for layer in setup.layers]
+  moving = [c for c in hlo.collectives(text) if c.group_size > 1]
+  found = sorted((c.layer(names), c.kind, c.bytes) for c in moving)
+  # Analytically, at 112×112 and width 1/4: pool2 is 2 towers × 32 maps × 6×6, pool5 2 × 32 × 2×2, fc6 2 × 512.
+  f32 = 4
+  pool2, pool5, fc6, logits = 64 * 6 * 6 * B * f32, 64 * 2 * 2 * B * f32, 1024 * B * f32, 10 * B * f32
+  assert found == sorted([
+      ("conv3", "all-gather", pool2), ("conv3", "reduce-scatter", pool2),  # forward gather, its gradient
+      ("fc6", "all-gather", pool5), ("fc6", "reduce-scatter", pool5),
+      ("fc7", "all-gather", fc6), ("fc7", "reduce-scatter", fc6),
+      ("fc8", "all-reduce", logits),  # partial logits of each tower summed
+  ])
+  assert all(c.group_size == 2 for c in moving)
+
+
+def test_one_device_mesh_compiles_no_collective():
+  _, text = compiled_train_step(small_config(mesh=dict(model=1, data=1)))
+  assert hlo.collectives(text) == []
+
+
+def test_hlo_reader_parses_each_replica_group_form():
+  text = "\n".join([
+      '%a = f32[8,4]{1,0} all-gather(%x), replica_groups=[1,2]<=[2], dimensions={0}, metadata={op_name="n/conv3/g"}',
+      '%b = bf16[4]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0}, metadata={op_name="n/fc6/r"}',
+      "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
+      "%d = (f32[2]{0}, f32[3]{0}) all-reduce-done(%c)",
+  ])
+  got = [(c.kind, c.group_size, c.bytes, c.layer(["conv3", "fc6"])) for c in hlo.collectives(text)]
+  assert got == [("all-gather", 2, 128, "conv3"), ("reduce-scatter", 2, 16, "fc6"), ("all-reduce", 4, 20, None)]
