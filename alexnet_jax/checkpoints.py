@@ -1,4 +1,4 @@
-"""Orbax checkpoints of the train state in <workdir>/checkpoints, written every config.checkpoint_every_steps."""
+"""Orbax checkpoints of the train state in <workdir>/checkpoints."""
 
 import os
 
@@ -8,24 +8,33 @@ import orbax.checkpoint as ocp
 
 def manager(workdir: str, config) -> ocp.CheckpointManager:
   return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(workdir), "checkpoints"),
-      options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep,
-                                           save_interval_steps=config.checkpoint_every_steps, create=True))
+      os.path.join(os.path.abspath(workdir), "checkpoints"), item_handlers=ocp.StandardCheckpointHandler(),
+      options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep, create=True))
 
 
-def save(mngr: ocp.CheckpointManager, step: int, state, force: bool = False) -> None:
-  mngr.save(step, args=ocp.args.StandardSave(state), force=force)
+def save(mngr: ocp.CheckpointManager, step: int, state) -> None:
+  mngr.save(step, args=ocp.args.StandardSave(state))
+
+
+def _shapes(tree) -> dict[tuple, tuple]:
+  """Leaf shapes by key path, the path spelled the same for dataclasses, dicts and sequences."""
+  name = lambda k: str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))  # noqa: E731
+  return {tuple(map(name, path)): tuple(x.shape) for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def restore(mngr: ocp.CheckpointManager, state):
-  """The newest checkpoint, laid out like `state` (same shardings); `state` itself where there is none."""
+  """The newest checkpoint, laid out like `state` (same shardings); `state` itself where there is none.
+
+  Shapes are compared with the checkpoint's metadata first, so that a checkpoint of another network is refused
+  with one message, before orbax starts reading.
+  """
   step = mngr.latest_step()
   if step is None:
     return state
-  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-  try:
-    return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
-  except (ValueError, KeyError, TypeError) as e:
+  stored, wanted = _shapes(mngr.item_metadata(step)), _shapes(state)
+  if stored != wanted:
+    diff = sorted(set(stored.items()) ^ set(wanted.items()))[:2]
+    detail = "; ".join(f"{'.'.join(k)}: checkpoint {stored.get(k)} vs config {wanted.get(k)}" for k, _ in diff)
     raise ValueError(f"the checkpoint of step {step} in {mngr.directory} does not fit this configuration "
-                     f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); resume with the config it was "
-                     "written with, or train in a new --workdir") from None
+                     f"({detail}); resume with the config it was written with, or train in a new --workdir")
+  return mngr.restore(step, args=ocp.args.StandardRestore(jax.tree.map(ocp.utils.to_shape_dtype_struct, state)))

@@ -107,6 +107,8 @@ class Network(nn.Module):
       shape = (local, c_in, out)
     kernel, bias = TowerWeights(layer, shape, self.weight_init, name=layer.name)()
     if layer.split == "sum":
+      if not split:
+        raise ValueError(f"layer {layer.name}: split='sum' needs per-tower inputs, but its input is not split")
       y = ops.dense(x, kernel.reshape(local * c_in, out), backend=self.backend)
       if self.tower_axis:
         y = lax.psum(y, self.tower_axis)

@@ -65,7 +65,22 @@ def create_train_state(setup: Setup, config, key) -> TrainState:
   s = config.image_size
   params = jax.jit(setup.net.init, static_argnames="train")(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
   params = parallel.shard_params(setup.mesh, setup.layers, params)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=jax.jit(setup.tx.init)(params))
+  step = jax.device_put(jnp.zeros((), jnp.int32), NamedSharding(setup.mesh, P()))
+  # XLA does not carry the parameters' placement over to zeros made from them: give the optimiser state (the
+  # momentum of each weight) its weight's sharding explicitly, or it all lands on one device.
+  shardings = _like_params(jax.eval_shape(setup.tx.init, params), params, setup.mesh)
+  return TrainState(step=step, params=params, opt_state=jax.jit(setup.tx.init, out_shardings=shardings)(params))
+
+
+def _like_params(tree, params, mesh):
+  """Shardings for `tree`: a leaf whose key path ends with a parameter's path gets that parameter's sharding."""
+  by_path = {jax.tree_util.keystr(path): x.sharding for path, x in jax.tree_util.tree_leaves_with_path(params)}
+
+  def sharding(path, _):
+    suffixes = (by_path.get(jax.tree_util.keystr(path[i:])) for i in range(len(path)))
+    return next((s for s in suffixes if s is not None), NamedSharding(mesh, P()))
+
+  return jax.tree_util.tree_map_with_path(sharding, tree)
 
 
 def check_batch(batch: dict, config) -> None:
@@ -173,7 +188,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
-    checkpoints.save(manager, done, state, force=done == setup.total_steps)
+    if done % config.checkpoint_every_steps == 0 or done == setup.total_steps:
+      checkpoints.save(manager, done, state)
     bar.update(1)
   bar.close()
   manager.wait_until_finished()

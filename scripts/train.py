@@ -26,6 +26,17 @@ def main(argv):
   print(f"final eval: top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}  loss {metrics['loss']:.4f}")
 
 
+def parse_flags(argv):
+  """absl's parser, with a mistyped --config.key reported in one line instead of a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError, TypeError, ValueError, flags.Error) as e:
+    message = str(e).replace("\\'", "'").replace("\\n", " ")  # ml_collections nests a repr in its errors
+    if len(message) > 1 and message[0] == message[-1] == "'":
+      message = message[1:-1]
+    sys.exit(f"error: bad flag: {' '.join(message.split())}")
+
+
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,141 @@
+"""Weights to and from the PyTorch/Caffe grouped-AlexNet layout: a flat dict of numpy arrays.
+
+Keys are `<layer>.weight` and `<layer>.bias` for every conv and fc layer of the table. Conv weights are OIHW
+(F, C_in/groups, KH, KW), fc weights (F_out, F_in) with y = x @ W.T + b. Tower t owns output block t (tower a's
+filters first); a conv that reads its own tower is PyTorch's `groups=towers`, and the first fc reads the last
+maps flattened per image in (C, H, W) order. The grouping changes which inputs a filter sees, not how its weights
+are laid out, so every split='out' layer converts the same way whatever its `inputs`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alexnet_jax.model import Network
+from alexnet_jax.networks import Layer
+
+
+def _weighted(layers: tuple[Layer, ...]) -> list[Layer]:
+  return [layer for layer in layers if layer.kind in ("conv", "fc")]
+
+
+def _kernel_to_torch(kernel: np.ndarray, layer: Layer) -> np.ndarray:
+  if layer.split == "sum":  # (T, F_in/T, F_out): tower t holds the rows of input block t
+    return kernel.reshape(-1, kernel.shape[-1]).T
+  if kernel.ndim == 5:  # (T, C_in, KH, KW, F/T) → (F, C_in, KH, KW)
+    return kernel.transpose(0, 4, 1, 2, 3).reshape(-1, *kernel.shape[1:4])
+  return kernel.transpose(0, 2, 1).reshape(-1, kernel.shape[1])  # (T, F_in, F/T) → (F, F_in)
+
+
+def _kernel_from_torch(weight: np.ndarray, shape: tuple[int, ...], layer: Layer) -> np.ndarray:
+  if layer.split == "sum":
+    return weight.T.reshape(shape)
+  towers, *middle, out = shape
+  order = (0, *range(2, len(shape)), 1)  # filters back to the last axis
+  return weight.reshape(towers, out, *middle).transpose(order)
+
+
+def _torch_shapes(layers: tuple[Layer, ...], shapes) -> dict[str, tuple[int, ...]]:
+  out = {}
+  for layer in _weighted(layers):
+    towers, *middle, last = shapes[layer.name]["kernel"]
+    kernel = (last, towers * middle[0]) if layer.split == "sum" else (towers * last, *middle)
+    out[f"{layer.name}.weight"] = kernel
+    out[f"{layer.name}.bias"] = (kernel[0],)
+  return out
+
+
+def param_shapes(layers: tuple[Layer, ...], towers: int = 2, image_size: int | tuple[int, int] = 224):
+  """The flax parameter shapes {layer: {'kernel': shape, 'bias': shape}} of `Network(layers, towers)` at this input.
+
+  Traced, not computed here, so they cannot drift from the model; the input size fixes the first fc layer's fan-in.
+  """
+  h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+  net = Network(tuple(layers), towers=towers)
+  tree = jax.eval_shape(net.init, jax.random.key(0), jax.ShapeDtypeStruct((3, h, w, 1), jnp.float32))["params"]
+  return {name: {leaf: tuple(a.shape) for leaf, a in p.items()} for name, p in tree.items()}
+
+
+def torch_shapes(layers: tuple[Layer, ...], towers: int = 2, image_size: int | tuple[int, int] = 224):
+  """The {key: shape} that `to_torch` gives and `from_torch` expects."""
+  return _torch_shapes(layers, param_shapes(layers, towers, image_size))
+
+
+def _float32(key: str, value) -> np.ndarray:
+  a = np.asarray(value)  # also gathers a sharded jax array onto the host
+  if not jnp.issubdtype(a.dtype, jnp.floating):
+    raise ValueError(f"{key}: expected a floating-point array, got dtype {a.dtype}")
+  return a.astype(np.float32, copy=False)
+
+
+def _check(problems: list[str]):
+  if problems:
+    raise ValueError("weights do not match the layer table:\n  " + "\n  ".join(problems))
+
+
+def to_torch(params, layers: tuple[Layer, ...]) -> dict[str, np.ndarray]:
+  """Flax parameters (host or sharded, any float dtype) → {'conv1.weight': (96, 3, 11, 11) float32, …}."""
+  weighted = _weighted(layers)
+  names = {layer.name for layer in weighted}
+  problems = [f"{name}: parameters of a layer the table does not have" for name in params if name not in names]
+  arrays = {}
+  for layer in weighted:
+    p = params.get(layer.name)
+    if p is None or set(p) != {"kernel", "bias"}:
+      problems.append(f"{layer.name}: expected parameters 'kernel' and 'bias', got {sorted(p or ())}")
+      continue
+    try:
+      kernel, bias = _float32(f"{layer.name}/kernel", p["kernel"]), _float32(f"{layer.name}/bias", p["bias"])
+    except ValueError as e:
+      problems.append(str(e))
+      continue
+    ndim = 5 if layer.kind == "conv" else 3
+    t, out = kernel.shape[0], kernel.shape[-1]
+    want_bias = (out,) if layer.split == "sum" else (t, out)
+    if kernel.ndim != ndim or bias.shape != want_bias:
+      problems.append(f"{layer.name}: expected a {ndim}-d kernel and bias {want_bias}, got kernel {kernel.shape} "
+                      f"and bias {bias.shape}")
+      continue
+    arrays[layer.name] = kernel, bias
+  _check(problems)
+  state = {}
+  for layer in weighted:
+    kernel, bias = arrays[layer.name]
+    # Fresh, writable, C-ordered copies: torch.from_numpy takes them as they are and they share nothing with params.
+    state[f"{layer.name}.weight"] = np.array(_kernel_to_torch(kernel, layer), order="C")
+    state[f"{layer.name}.bias"] = np.array(bias.reshape(-1), order="C")
+  return state
+
+
+def from_torch(state: dict, layers: tuple[Layer, ...], *, towers: int = 2,
+               image_size: int | tuple[int, int] = 224) -> dict[str, dict[str, np.ndarray]]:
+  """{'conv1.weight': …} (numpy arrays, torch tensors' .numpy(), any float dtype) → flax parameters, float32 numpy.
+
+  `towers` and `image_size` are those of the Network the parameters are for: they fix the expected shapes, and
+  every missing or unexpected key and every wrong shape is reported in one ValueError.
+  """
+  shapes = param_shapes(layers, towers, image_size)
+  expected = _torch_shapes(layers, shapes)
+  problems = [f"{key}: unexpected key" for key in state if key not in expected]
+  arrays = {}
+  for key, shape in expected.items():
+    if key not in state:
+      problems.append(f"{key}: missing, expected shape {shape}")
+      continue
+    try:
+      a = _float32(key, state[key])
+    except ValueError as e:
+      problems.append(str(e))
+      continue
+    if a.shape != shape:
+      problems.append(f"{key}: expected shape {shape}, got {a.shape}")
+    arrays[key] = a
+  _check(problems)
+  params = {}
+  for layer in _weighted(layers):
+    kernel_shape, bias_shape = shapes[layer.name]["kernel"], shapes[layer.name]["bias"]
+    params[layer.name] = {
+        "kernel": np.array(_kernel_from_torch(arrays[f"{layer.name}.weight"], kernel_shape, layer), order="C"),
+        "bias": np.array(arrays[f"{layer.name}.bias"].reshape(bias_shape), order="C"),
+    }
+  return params

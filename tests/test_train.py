@@ -1,0 +1,130 @@
+"""Training end to end on two simulated devices: learning, resuming, the files a run leaves, and bad input."""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from alexnet_jax import checkpoints, train
+from alexnet_jax.config import paper_config, validate
+from alexnet_jax.data import get_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def demo_config(**changes):
+  """The demo's network on 96×96 images: big enough to learn, small enough for CI."""
+  c = paper_config()
+  c.width, c.image_size, c.weight_init = 0.25, 96, "he"
+  c.dataset.name, c.dataset.num_classes = "procedural", 10
+  c.dataset.num_train_examples, c.dataset.num_eval_examples = 4800, 500
+  c.batch_size, c.eval_batch_size, c.learning_rate = 32, 100, 0.02
+  c.num_epochs, c.lr_drop_epochs = 1.0, (0.8,)
+  c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 25, 100, 50
+  c.update(changes)
+  return c
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("demo"))
+  return workdir, train.train_and_evaluate(demo_config(), workdir)
+
+
+def test_short_demo_run_beats_chance(demo_run):
+  _, metrics = demo_run
+  assert metrics["top1"] > 0.25  # chance is 0.10; this run reaches about 0.4
+  assert metrics["top5"] > 0.8
+
+
+def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
+  workdir, metrics = demo_run
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  evals = [r for r in rows if r["split"] == "eval"]
+  assert [r["step"] for r in evals] == [100, 150]
+  assert evals[-1]["top1"] == pytest.approx(metrics["top1"])
+  train_rows = [r for r in rows if r["split"] == "train"]
+  assert train_rows[-1]["loss"] < train_rows[0]["loss"]
+  events = EventAccumulator(os.path.join(workdir, "tensorboard"))
+  events.Reload()
+  assert {"train/loss", "train/top1", "train/learning_rate", "eval/top1", "eval/top5"} <= set(events.Tags()["scalars"])
+  assert [e.step for e in events.Scalars("eval/top1")] == [100, 150]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["100", "150", "50"]
+
+
+def test_train_step_lowers_the_loss_on_a_fixed_batch():
+  config = demo_config(batch_size=16)
+  setup = train.make_setup(config, 10, 4800)
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  batch = train.put_batch(setup.mesh, get_dataset(config).train_batch(0, 16))
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  losses = []
+  for _ in range(4):
+    state, m = step(state, batch, jax.random.key(1))
+    losses.append(float(m["loss"]) / float(m["count"]))
+  assert losses[-1] < losses[0] - 0.1, losses
+  assert int(state.step) == 4
+
+
+def final_params(workdir, config):
+  setup = train.make_setup(config, 10, config.dataset.num_train_examples)
+  state = train.create_train_state(setup, config, jax.random.key(99))  # a different init: restore must replace it
+  return jax.tree.map(np.asarray, checkpoints.restore(checkpoints.manager(workdir, config), state).params)
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path):
+  config = demo_config(batch_size=8, num_epochs=1.0, checkpoint_every_steps=4, log_every_steps=2,
+                       eval_every_steps=100)
+  config.dataset.num_train_examples, config.dataset.num_eval_examples = 96, 50  # 12 steps
+  whole = train.train_and_evaluate(config, str(tmp_path / "whole"))
+  # The same command stopped after 8 of its 12 steps, then run again in the same workdir.
+  stopped = validate(config.copy_and_resolve_references())
+  stopped.num_epochs = 8 / 12
+  train.train_and_evaluate(stopped, str(tmp_path / "resumed"))
+  resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"))
+  assert resumed == whole
+  a, b = final_params(str(tmp_path / "whole"), config), final_params(str(tmp_path / "resumed"), config)
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+  steps = [json.loads(line)["step"] for line in open(tmp_path / "resumed" / "metrics.jsonl")]
+  assert steps == sorted(steps)  # nothing logged twice
+
+
+def test_checkpoint_of_another_network_is_refused(tmp_path):
+  config = demo_config(batch_size=8, num_epochs=0.05)
+  train.train_and_evaluate(config, str(tmp_path))
+  with pytest.raises(ValueError, match="does not fit this configuration"):
+    train.train_and_evaluate(demo_config(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
+
+
+def test_bad_config_and_input_get_one_clear_error():
+  bad = demo_config()
+  bad.unlock()
+  bad.lerning_rate = 0.1
+  with pytest.raises(ValueError, match="unknown config key 'lerning_rate'"):
+    validate(bad)
+  with pytest.raises(ValueError, match="unknown dataset 'imagenet9'"):
+    validate(demo_config(dataset=dict(name="imagenet9")))
+  with pytest.raises(ValueError, match="config.dtype"):
+    validate(demo_config(dtype="float8"))
+  with pytest.raises(ValueError, match=r"expected images of shape \(N, 96, 96, 3\)"):
+    train.check_batch(dict(image=np.zeros((2, 64, 64, 3)), label=np.zeros(2)), demo_config())
+  with pytest.raises(ValueError, match="needs 4 devices"):
+    train.make_setup(demo_config(mesh=dict(model=2, data=2)), 10, 100)
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--config.dataset.name=nope", "error: unknown dataset 'nope'"),
+    ("--config.lerning_rate=0.1", "lerning_rate"),
+])
+def test_command_line_reports_bad_input_in_one_line(tmp_path, flag, message):
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", "configs/demo.py", flag,
+                        "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode != 0
+  assert message in run.stderr
+  assert "Traceback" not in run.stderr
