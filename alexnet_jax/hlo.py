@@ -16,6 +16,7 @@ class Collective:
   scope: str  # the op_name path of the jax code that made it
   group_size: int  # devices taking part in each group
   bytes: int  # the whole tensor: gathered result, scattered input, or reduced operand
+  text: str = dataclasses.field(default="", compare=False, repr=False)  # the HLO line, cut to 300 characters
 
   def layer(self, names) -> str | None:
     """The first of `names` that appears as a scope in the op's path."""
@@ -41,10 +42,15 @@ def collectives(hlo_text: str) -> list[Collective]:
     if not m or "-done(" in line:
       continue
     shape, kind = m.groups()
-    size = sum(_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(shape))
+    sizes = [_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(shape)]
     group = _group_size(line)
-    if kind == "reduce-scatter":
-      size *= group
+    if f"{kind}-start(" in line and kind in ("all-gather", "reduce-scatter"):
+      # An async start returns (operands…, results…): the whole tensor is the results of a gather and the
+      # operands of a scatter.
+      half = len(sizes) // 2
+      size = sum(sizes[half:] if kind == "all-gather" else sizes[:half])
+    else:
+      size = sum(sizes) * (group if kind == "reduce-scatter" else 1)
     scope = re.search(r'op_name="([^"]*)"', line)
-    found.append(Collective(kind, scope.group(1) if scope else "", group, size))
+    found.append(Collective(kind, scope.group(1) if scope else "", group, size, line.strip()[:300]))
   return found

@@ -62,9 +62,14 @@ class Network(nn.Module):
   def _local_towers(self) -> int:
     return self.towers // lax.axis_size(self.tower_axis) if self.tower_axis else self.towers
 
-  def _gather(self, x):
+  def _gather(self, x, to="varying"):
     """Every tower's maps, tower by tower: the all-gather that makes a layer read across devices."""
-    return lax.all_gather(x, self.tower_axis, axis=0, tiled=True) if self.tower_axis else x
+    if not self.tower_axis:
+      return x
+    # XLA:CPU (jaxlib 0.11.2) aborts compiling a bfloat16 reduce-scatter, the gather's gradient; GPUs keep bf16.
+    wide = x.dtype == jnp.bfloat16 and jax.default_backend() == "cpu"
+    y = lax.all_gather(x.astype(jnp.float32) if wide else x, self.tower_axis, axis=0, tiled=True, to=to)
+    return y.astype(x.dtype)
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
@@ -88,7 +93,7 @@ class Network(nn.Module):
       raise ValueError("a layer table must end with an fc layer")
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
     if split:  # the last layer split its outputs over towers: every device needs all logits
-      x = self._gather(x)
+      x = self._gather(x, to="invarying")
     return x.astype(jnp.float32).T
 
   def _weighted(self, layer: Layer, x, split: bool, local: int):
@@ -109,7 +114,8 @@ class Network(nn.Module):
     if layer.split == "sum":
       if not split:
         raise ValueError(f"layer {layer.name}: split='sum' needs per-tower inputs, but its input is not split")
-      y = ops.dense(x, kernel.reshape(local * c_in, out), backend=self.backend)
+      # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
+      y = ops.dense(x.astype(jnp.float32), kernel.reshape(local * c_in, out), backend=self.backend)
       if self.tower_axis:
         y = lax.psum(y, self.tower_axis)
       y = y + bias.astype(y.dtype)[:, None]

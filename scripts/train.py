@@ -1,5 +1,6 @@
 """Trains a network: python scripts/train.py --config configs/demo.py [--config.key=value …] [--workdir DIR]."""
 
+import os
 import sys
 
 import jax
@@ -18,7 +19,8 @@ def main(argv):
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
   from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
 
-  workdir = flags.FLAGS.workdir or "runs/" + flags.FLAGS["config"].value.split("/")[-1].removesuffix(".py")
+  config_file = config_flags.get_config_filename(flags.FLAGS["config"])
+  workdir = flags.FLAGS.workdir or os.path.join("runs", os.path.basename(config_file).removesuffix(".py"))
   try:
     metrics = train_and_evaluate(config, workdir)
   except ValueError as e:  # bad config, data or checkpoint: one line, no traceback

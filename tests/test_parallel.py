@@ -10,7 +10,7 @@ import pytest
 from alexnet_jax import hlo, parallel, train
 from alexnet_jax.config import paper_config
 from alexnet_jax.model import Network
-from alexnet_jax.networks import alexnet
+from alexnet_jax.networks import Layer, alexnet
 
 B = 4
 
@@ -23,10 +23,9 @@ def small_config(**changes):
   return c
 
 
-def logits_and_grads(model_devices, train_mode):
-  layers = alexnet(num_classes=10, width=0.25)
+def logits_and_grads(model_devices, train_mode, layers=alexnet(num_classes=10, width=0.25), size=112):
   net = Network(layers, weight_init="he")
-  x = jax.random.normal(jax.random.key(1), (3, 112, 112, B))
+  x = jax.random.normal(jax.random.key(1), (3, size, size, B))
   params = net.init(jax.random.key(0), x)["params"]
   mesh = parallel.make_mesh(model=model_devices)
   apply = parallel.sharded_apply(net, mesh, layers)
@@ -49,6 +48,16 @@ def test_two_devices_match_one_device(train_mode):
     g2 = functools.reduce(lambda t, k: t[k.key], path, grads2)
     scale = np.abs(g1).max() + 1e-12
     np.testing.assert_allclose(g2 / scale, g1 / scale, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_last_layer_split_over_towers_is_gathered_whole():
+  # A table whose classifier splits its outputs over the towers (not AlexNet's fc8): logits are gathered at the end.
+  layers = (Layer("conv1", "conv", filters=8, size=3, stride=2), Layer("conv2", "conv", filters=8, size=3),
+            Layer("fc", "fc", filters=10, inputs="all", relu=False))
+  logits1, grads1 = logits_and_grads(1, False, layers, 17)
+  logits2, grads2 = logits_and_grads(2, False, layers, 17)
+  np.testing.assert_allclose(logits2, logits1, rtol=1e-5, atol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), grads2, grads1)
 
 
 def compiled_train_step(config):
@@ -88,6 +97,10 @@ def test_hlo_reader_parses_each_replica_group_form():
       '%b = bf16[4]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0}, metadata={op_name="n/fc6/r"}',
       "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
       "%d = (f32[2]{0}, f32[3]{0}) all-reduce-done(%c)",
+      # GPU's async forms return (operand, result): count the gathered result and the scattered operand once.
+      "%e = (f32[4,3]{1,0}, f32[8,3]{1,0}) all-gather-start(%x), replica_groups={{0,1}}, dimensions={0}",
+      "%f = (f32[8,3]{1,0}, f32[4,3]{1,0}) reduce-scatter-start(%x), replica_groups={{0,1}}, dimensions={0}",
   ])
   got = [(c.kind, c.group_size, c.bytes, c.layer(["conv3", "fc6"])) for c in hlo.collectives(text)]
-  assert got == [("all-gather", 2, 128, "conv3"), ("reduce-scatter", 2, 16, "fc6"), ("all-reduce", 4, 20, None)]
+  assert got == [("all-gather", 2, 128, "conv3"), ("reduce-scatter", 2, 16, "fc6"), ("all-reduce", 4, 20, None),
+                 ("all-gather", 2, 96, None), ("reduce-scatter", 2, 96, None)]

@@ -72,6 +72,20 @@ def test_train_step_lowers_the_loss_on_a_fixed_batch():
   assert int(state.step) == 4
 
 
+def test_bfloat16_compute_keeps_float32_parameters():
+  losses = {}
+  for dtype in ("float32", "bfloat16"):
+    config = demo_config(batch_size=8, dtype=dtype)
+    setup = train.make_setup(config, 10, 4800)
+    state = train.create_train_state(setup, config, jax.random.key(0))
+    batch = train.put_batch(setup.mesh, get_dataset(config).train_batch(0, 8))
+    state, m = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
+    assert all(p.dtype == np.float32 for p in jax.tree.leaves(state.params))
+    losses[dtype] = float(m["loss"]) / 8
+  assert np.isfinite(losses["bfloat16"])
+  assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.05)
+
+
 def final_params(workdir, config):
   setup = train.make_setup(config, 10, config.dataset.num_train_examples)
   state = train.create_train_state(setup, config, jax.random.key(99))  # a different init: restore must replace it
