@@ -1,5 +1,7 @@
 # `make train` and `make test` build .venv (Python 3.12) on first use, then run.
-PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo /root/.pyenv/versions/3.12.1/bin/python3.12)
+# The first Python 3.12 that runs (a pyenv shim can exist without working).
+PYTHON ?= $(shell for p in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 STAMP := $(VENV)/.installed
 ARGS ?=
@@ -7,6 +9,7 @@ ARGS ?=
 .PHONY: train test clean
 
 $(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.12 found; run make PYTHON=/path/to/python3.12"; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
