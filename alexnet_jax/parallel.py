@@ -53,18 +53,19 @@ def sharded_apply(net: Network, mesh, layers: tuple[Layer, ...]):
   """Returns apply(params, images_chwn, dropout_key, train) → logits (N, classes), batch split over 'data'.
 
   `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share. Only mesh
-  axes of more than one device are manual: an axis of one device would add collectives that move nothing.
+  axes of more than one device are manual: an axis of one device would add collectives that move nothing. The
+  interpreter backend is the exception: its host callbacks need every mesh axis manual.
   """
   model_size = mesh.shape["model"]
   if net.towers % model_size:
     raise ValueError(f"{net.towers} towers cannot be spread evenly over a model axis of {model_size} devices")
-  manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1}
+  manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1 or net.backend == "interpret"}
   batch = "data" if "data" in manual else None
   local_net = net.clone(tower_axis="model" if "model" in manual else None)
 
   def apply(params, images, key, train):
-    if batch:  # each data shard draws its own dropout masks; towers fold in their own index in the model
-      key = jax.random.fold_in(key, jax.lax.axis_index(batch))
+    if mesh.shape["data"] > 1:  # each data shard draws its own dropout masks; towers fold in theirs in the model
+      key = jax.random.fold_in(key, jax.lax.axis_index("data"))
     return local_net.apply({"params": params}, images, train=train, rngs={"dropout": key})
 
   def run(params, images, key, train=False):

@@ -9,6 +9,7 @@ peak device memory where the platform reports it. Prints a table; writes the row
 """
 
 import argparse
+import itertools
 import functools
 import json
 import runpy
@@ -69,23 +70,24 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", action="append", required=True)
   parser.add_argument("--dtypes", default="float32,bfloat16")
+  parser.add_argument("--backends", default="xla", help="kernel backends to time, e.g. xla,triton")
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--override", action="append", default=[], help="key=value, e.g. batch_size=256")
   parser.add_argument("--json")
   args = parser.parse_args()
   rows = []
-  for path in args.config:
-    for dtype in args.dtypes.split(","):
-      config = load_config(path, args.override + [f"dtype={dtype}"])
-      if config.cpu_devices:
-        jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-      rows.append(dict(config=path, **bench(config, args.steps)))
-      print(json.dumps(rows[-1]), flush=True)
-  print(f"\n{'config':28} {'mesh':16} {'dtype':9} {'batch':>5} {'ms/step':>9} {'img/s':>9} {'peak GiB':>9}  loss")
+  for path, backend, dtype in itertools.product(args.config, args.backends.split(","), args.dtypes.split(",")):
+    config = load_config(path, args.override + [f"dtype={dtype}", f"kernel_backend={backend}"])
+    if config.cpu_devices:
+      jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+    rows.append(dict(config=path, backend=backend, **bench(config, args.steps)))
+    print(json.dumps(rows[-1]), flush=True)
+  print(f"\n{'config':28} {'backend':8} {'mesh':16} {'dtype':9} {'batch':>5} {'ms/step':>9} {'img/s':>9} "
+        f"{'peak GiB':>9}  loss")
   for r in rows:
     mesh = "×".join(f"{k}{v}" for k, v in r["mesh"].items())
-    print(f"{r['config']:28} {mesh:16} {r['dtype']:9} {r['batch']:5d} {r['step_ms']:9.2f} {r['images_per_s']:9.0f} "
-          f"{r['peak_gib_per_device']:9.2f}  {r['loss']:.3f}")
+    print(f"{r['config']:28} {r['backend']:8} {mesh:16} {r['dtype']:9} {r['batch']:5d} {r['step_ms']:9.2f} "
+          f"{r['images_per_s']:9.0f} {r['peak_gib_per_device']:9.2f}  {r['loss']:.3f}")
   if rows and rows[0]["collective_bytes"]:
     print("\ncross-device bytes per step (" + rows[0]["config"] + ", " + rows[0]["dtype"] + "):")
     for k, v in sorted(rows[0]["collective_bytes"].items()):

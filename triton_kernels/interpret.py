@@ -4,6 +4,9 @@ The interpreter expects torch tensors; `HostTensor` gives a numpy array the few 
 and "device" are the same memory here, its copies are no-ops: the kernel writes straight into the array.
 """
 
+import functools
+import threading
+
 import numpy as np
 
 from triton_kernels.launch import Launch
@@ -17,12 +20,19 @@ class _Dtype:
     return self.name
 
 
+@functools.cache
+def _dtype(name: str) -> _Dtype:
+  # One object per dtype for the life of the process: Triton caches argument types by the dtype object's hash, its
+  # address, which a freed object would hand on to another dtype.
+  return _Dtype(name)
+
+
 class HostTensor:
   def __init__(self, array: np.ndarray):
-    if not (array.flags.c_contiguous and array.flags.writeable):
-      raise ValueError("HostTensor needs a C-contiguous, writeable array")
+    if not array.flags.c_contiguous:
+      raise ValueError("HostTensor needs a C-contiguous array")
     self.array = array
-    self.dtype = _Dtype(str(array.dtype))
+    self.dtype = _dtype(str(array.dtype))
 
   def data_ptr(self):
     return self.array.ctypes.data
@@ -52,6 +62,12 @@ class HostTensor:
     return tuple(s // self.array.itemsize for s in self.array.strides)
 
 
+# The interpreter swaps triton.language's functions for its own while a kernel runs: one kernel at a time, even when
+# several simulated devices call back at once.
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def run(kernel, launch: Launch, *arrays: np.ndarray) -> None:
   """kernel[grid](*arrays, **constexprs) on host arrays; outputs are written in place."""
-  kernel[launch.grid](*(HostTensor(a) for a in arrays), **launch.constexprs)
+  with _ONE_AT_A_TIME:
+    kernel[launch.grid](*(HostTensor(a) for a in arrays), **launch.constexprs)

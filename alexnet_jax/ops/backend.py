@@ -1,18 +1,30 @@
-"""The `backend` switch shared by every op."""
+"""The `backend` switch shared by every op.
 
-# 'auto' resolves per platform; until the Triton kernels land every platform resolves to the XLA reference.
-BACKENDS = ("auto", "xla")
+'xla' runs the XLA reference (lax with CHWN dimension numbers). The others run each op as a primitive around its
+Triton kernel: 'auto' lowers to the kernel on CUDA and to the XLA reference elsewhere, 'triton' insists on the
+kernel (CUDA only), 'interpret' runs the kernel under the Triton interpreter on any platform (slow: tests).
+"""
+
+import jax
+import jax.numpy as jnp
+
+BACKENDS = ("auto", "xla", "triton", "interpret")
 
 
 def check_backend(backend: str) -> str:
-  """Returns the concrete backend for `backend`, or raises one clear error."""
+  """Returns 'xla' or the primitives' mode for `backend`, or raises one clear error."""
   if backend not in BACKENDS:
     raise ValueError(f"unknown kernel backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-  return "xla"
+  return backend
 
 
 def accumulator(dtype):
   """float32 accumulation for bfloat16/float16/float32 inputs; float64 stays float64 (gradient checks)."""
-  import jax.numpy as jnp  # noqa: PLC0415
-
   return jnp.promote_types(dtype, jnp.float32)
+
+
+def dot_precision(dtype) -> str:
+  """tl.dot's float32 mode, following JAX's default matmul precision: TF32 unless 'highest'/'float32'. 16-bit
+  inputs ignore it, so they always ask for one value (one compiled kernel)."""
+  exact = jax.config.jax_default_matmul_precision in ("highest", "float32")
+  return "ieee" if exact or jnp.dtype(dtype) != jnp.float32 else "tf32"

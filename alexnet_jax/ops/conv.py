@@ -1,4 +1,5 @@
-"""2-D convolution, CHWN in and out (cuda-convnet's filter_acts).
+"""2-D convolution, CHWN in and out: forward (cuda-convnet's filter_acts), data gradient (img_acts) and filter
+gradient (weight_acts), each a Triton kernel wrapped as a JAX primitive, with the XLA reference beside them.
 
 Layouts: images x (C, H, W, N); filters w (C/groups, KH, KW, F) — cuda-convnet's (colors, filter pixels, filters)
 order, filters last so that one loaded patch serves many filters; bias b (F,); output (F, H', W', N).
@@ -6,11 +7,14 @@ Groups split C and F into equal consecutive blocks: group g reads channels [g·C
 [g·F/G, (g+1)·F/G). That is how the towers of the paper run side by side on one device.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import accumulator, check_backend
+from alexnet_jax.ops.backend import accumulator, check_backend, dot_precision
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
 
@@ -27,6 +31,97 @@ def conv2d_reference(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False)
   return y.astype(x.dtype)
 
 
+def _out_shape(x_shape, w_shape, stride, padding):
+  _, h, w, n = x_shape
+  _, kh, kw, f = w_shape
+  return (f, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1, n)
+
+
+def _fwd_reference(x, w, b, *, stride, padding, groups, relu, has_bias, precision):
+  return [conv2d_reference(x, w, b if has_bias else None, stride=stride, padding=padding, groups=groups, relu=relu)]
+
+
+def _primal_zeros(shape, dtype, like):
+  """Zeros that vary over the same manual mesh axes as `like`. Differentiating at plain zeros inside a shard_map
+  would widen them to `like`'s axes, and the transpose of that widening sums the gradient over the devices."""
+  axes = tuple(jax.typeof(like).manual_axis_type.varying)
+  zeros = jnp.zeros(shape, dtype)
+  return jax.lax.pcast(zeros, axes, to="varying") if axes else zeros
+
+
+def _dgrad_reference(dy, w, *, x_shape, stride, padding, groups, precision):
+  conv = lambda x: conv2d_reference(x, w, stride=stride, padding=padding, groups=groups)  # noqa: E731
+  return list(jax.vjp(conv, _primal_zeros(x_shape, dy.dtype, dy))[1](dy))
+
+
+def _wgrad_reference(x, dy, *, w_shape, stride, padding, groups, precision):
+  conv = lambda w: conv2d_reference(x, w, stride=stride, padding=padding, groups=groups)  # noqa: E731
+  (dw,) = jax.vjp(conv, _primal_zeros(w_shape, x.dtype, x))[1](dy.astype(x.dtype))
+  return [dw.astype(jnp.float32)]
+
+
+def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision):
+  from triton_kernels.conv import conv_wgrad_launch  # noqa: PLC0415
+
+  return conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision)
+
+
+def _launcher(name):
+  def launch(*avals, **p):
+    from triton_kernels import conv as k  # noqa: PLC0415
+
+    if name == "fwd":
+      x, w, _ = avals
+      return k.conv_fwd_launch(x.shape, w.shape, p["stride"], p["padding"], p["groups"], p["relu"], p["has_bias"],
+                               x.dtype.name, p["precision"])
+    dy, w = avals
+    return k.conv_dgrad_launch(p["x_shape"], w.shape, p["stride"], p["padding"], p["groups"], dy.dtype.name,
+                               p["precision"])
+
+  return launch
+
+
+CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(
+    kernel="conv:conv_fwd_kernel", launch=_launcher("fwd"), reference=_fwd_reference, batch_last=(0,),
+    outputs=lambda x, w, b, **p: [jax.ShapeDtypeStruct(_out_shape(x.shape, w.shape, p["stride"], p["padding"]),
+                                                       x.dtype)]))
+CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
+    kernel="conv:conv_dgrad_kernel", launch=_launcher("dgrad"), reference=_dgrad_reference, batch_last=(0,),
+    outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)]))
+CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
+    kernel="conv:conv_wgrad_kernel", launch=_wgrad_launch, reference=_wgrad_reference,
+    outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
+    # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
+    kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
+        (_wgrad_launch(x, dy, **p).constexprs["SPLIT"], *p["w_shape"]), jnp.float32)],
+    finish=lambda partials, **p: [partials.sum(axis=0)]))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
+def _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode):
+  return _conv_kernel_fwd(x, w, b, stride, padding, groups, relu, has_bias, mode)[0]
+
+
+def _conv_kernel_fwd(x, w, b, stride, padding, groups, relu, has_bias, mode):
+  (y,) = CONV_FWD(x, w.astype(x.dtype), b.astype(jnp.float32), mode=mode, stride=stride, padding=padding,
+                  groups=groups, relu=relu, has_bias=has_bias, precision=dot_precision(x.dtype))
+  return y, (x, w, b, y)
+
+
+def _conv_kernel_bwd(stride, padding, groups, relu, has_bias, mode, residuals, dy):
+  x, w, b, y = residuals
+  if relu:  # the fused ReLU passes gradient where its output was positive
+    dy = jnp.where(y > 0, dy, jnp.zeros_like(dy))
+  geometry = dict(stride=stride, padding=padding, groups=groups, precision=dot_precision(x.dtype))
+  (dx,) = CONV_DGRAD(dy, w.astype(dy.dtype), mode=mode, x_shape=x.shape, **geometry)
+  (dw,) = CONV_WGRAD(x, dy.astype(x.dtype), mode=mode, w_shape=w.shape, **geometry)
+  db = dy.astype(jnp.float32).sum(axis=(1, 2, 3)) if has_bias else jnp.zeros_like(b)
+  return dx, dw.astype(w.dtype), db.astype(b.dtype)
+
+
+_conv_kernel.defvjp(_conv_kernel_fwd, _conv_kernel_bwd)
+
+
 def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="auto"):
   """Convolution with fused bias and optional ReLU; see the module docstring for layouts."""
   c, _, _, _ = x.shape
@@ -36,5 +131,10 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="
                      f"channels == {cin}·groups and filters divisible by groups")
   if b is not None and b.shape != (f,):
     raise ValueError(f"conv2d: bias shape {b.shape} does not match {f} filters")
-  check_backend(backend)
-  return conv2d_reference(x, w, b, stride=stride, padding=padding, groups=groups, relu=relu)
+  mode = check_backend(backend)
+  if mode == "xla" or x.dtype == jnp.float64:  # the kernels compute in float32 at most
+    return conv2d_reference(x, w, b, stride=stride, padding=padding, groups=groups, relu=relu)
+  has_bias = b is not None
+  b = b if has_bias else jnp.zeros((f,), jnp.float32)
+  x, w, b = same_varying_axes((x, w, b))
+  return _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode)

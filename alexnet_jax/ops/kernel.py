@@ -1,0 +1,149 @@
+"""Triton kernels as JAX primitives.
+
+A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primitive`:
+- abstract eval from the op's output shapes, keeping the operands' varying manual axes, which shard_map's
+  check_vma and custom_vjp need (jax-triton's own primitive drops them);
+- lowering: on CUDA the kernel through `jax_triton.triton_call` (imported there: it fails to import on a CPU-only
+  jaxlib); on every other platform the op's XLA reference; with mode='interpret', on any platform, the real kernel
+  under the Triton interpreter in a host callback, which is how the CPU tests run the kernels;
+- batching: a vmapped axis of batch-last operands folds into their image axis N (what CHWN is good at); any other
+  batching maps over the vmapped axis.
+"""
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+MODES = ("auto", "triton", "interpret")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+  """What a primitive needs to know of its kernel. Callables take the operands' avals and the primitive's params."""
+
+  kernel: str  # "module:function" in triton_kernels
+  launch: Callable  # (*avals, **params) -> triton_kernels.Launch
+  outputs: Callable  # (*avals, **params) -> [jax.ShapeDtypeStruct]: what the primitive returns
+  reference: Callable  # (*operands, **params) -> [arrays]: the XLA reference, same outputs
+  kernel_outputs: Callable | None = None  # (*avals, **params) -> what the kernel writes, if not `outputs`
+  finish: Callable | None = None  # (*kernel outputs, **params) -> outputs, e.g. summing split-K partials
+  batch_last: tuple[int, ...] = ()  # operands whose last axis is the image axis N, like every output then
+
+
+def _kernel(name: str):
+  module, fn = name.split(":")
+  return getattr(importlib.import_module(f"triton_kernels.{module}"), fn)
+
+
+class KernelPrimitive:
+  def __init__(self, name: str, spec: KernelSpec):
+    self.spec = spec
+    self.prim = Primitive(name)
+    self.prim.multiple_results = True
+    self.prim.def_impl(lambda *args, **params: jax.jit(lambda *a: self.prim.bind(*a, **params))(*args))
+    self.prim.def_abstract_eval(self._abstract_eval)
+    mlir.register_lowering(self.prim, self._lowering("cuda"), platform="cuda")
+    mlir.register_lowering(self.prim, self._lowering(None))
+    batching.primitive_batchers[self.prim] = self._batch
+
+  def __call__(self, *operands, mode: str, **params):
+    if mode not in MODES:
+      raise ValueError(f"{self.prim.name}: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return self.prim.bind(*same_varying_axes(operands), mode=mode, **params)
+
+  def _abstract_eval(self, *avals, mode, **params):
+    del mode
+    # Operands share their varying manual axes (__call__ sees to it), so any one carries them to the outputs.
+    return [avals[0].update(shape=o.shape, dtype=o.dtype, weak_type=False) for o in self.spec.outputs(*avals, **params)]
+
+  def _lowering(self, platform):
+    def lower(ctx, *operands, mode, **params):
+      avals = ctx.avals_in
+      if mode == "interpret":
+        fn = self._interpreted(avals, params)
+      elif platform == "cuda":
+        fn = self._triton(avals, params)
+      elif mode == "triton":
+        raise ValueError(f"{self.prim.name}: the 'triton' backend needs a CUDA GPU; on this platform use 'auto', "
+                         "'xla' or 'interpret'")
+      else:
+        fn = lambda *args: self.spec.reference(*args, **params)  # noqa: E731
+      return mlir.lower_fun(fn, multiple_results=True)(ctx, *operands)
+
+    return lower
+
+  def _raw_outputs(self, avals, params):
+    return (self.spec.kernel_outputs or self.spec.outputs)(*avals, **params)
+
+  def _finish(self, raw, params):
+    return list(self.spec.finish(*raw, **params)) if self.spec.finish else list(raw)
+
+  def _triton(self, avals, params):
+    def run(*args):
+      import jax_triton  # noqa: PLC0415  (needs a CUDA jaxlib)
+
+      launch = self.spec.launch(*avals, **params)
+      raw = jax_triton.triton_call(*args, kernel=_kernel(self.spec.kernel), out_shape=self._raw_outputs(avals, params),
+                                   grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,
+                                   **launch.constexprs)
+      return self._finish(raw, params)
+
+    return run
+
+  def _interpreted(self, avals, params):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+      raise ValueError(f"{self.prim.name}: the 'interpret' backend needs TRITON_INTERPRET=1 in the environment "
+                       "before triton is first imported")
+    raw_shapes = self._raw_outputs(avals, params)
+
+    def host(*arrays):
+      from triton_kernels import interpret  # noqa: PLC0415
+
+      outs = [np.empty(s.shape, s.dtype) for s in raw_shapes]
+      interpret.run(_kernel(self.spec.kernel), self.spec.launch(*avals, **params),
+                    *(np.ascontiguousarray(a) for a in arrays), *outs)
+      return outs
+
+    return lambda *args: self._finish(jax.pure_callback(host, raw_shapes, *args), params)
+
+  def _batch(self, operands, dims, **params):
+    batched = [i for i, d in enumerate(dims) if d is not None]
+    size = next(x.shape[d] for x, d in zip(operands, dims) if d is not None)
+    if set(batched) <= set(self.spec.batch_last):
+      # Fold the vmapped axis into N: (…, N) with a batch axis B becomes (…, B·N); every output is batch-last too.
+      folded = []
+      for i, (x, d) in enumerate(zip(operands, dims)):
+        if i in self.spec.batch_last:
+          x = jnp.moveaxis(x, d, -2) if d is not None else jnp.stack([x] * size, axis=-2)
+          x = x.reshape(*x.shape[:-2], -1)
+        folded.append(x)
+      outs = self.prim.bind(*folded, **params)
+      outs = [o.reshape(*o.shape[:-1], size, -1) for o in outs]
+      return outs, [o.ndim - 2 for o in outs]
+    moved = [jnp.moveaxis(x, d, 0) if d is not None else x for x, d in zip(operands, dims)]
+
+    def one(sliced):
+      it = iter(sliced)
+      return self.prim.bind(*(next(it) if d is not None else x for x, d in zip(moved, dims)),
+                            **params)
+
+    outs = jax.lax.map(one, [moved[i] for i in batched])
+    return outs, [0] * len(outs)
+
+
+def same_varying_axes(operands):
+  """Operands of one kernel must vary over the same manual mesh axes; widen those that vary over fewer.
+
+  Ops call this before their custom_vjp, so that JAX differentiates the widening (its transpose sums the gradient
+  of a replicated operand over the devices).
+  """
+  axes = [jax.typeof(x).manual_axis_type.varying for x in operands]
+  union = frozenset().union(*axes)
+  return [jax.lax.pcast(x, tuple(union - a), to="varying") if union - a else x for x, a in zip(operands, axes)]

@@ -1,0 +1,121 @@
+"""The ops as primitives around their Triton kernels: the real kernels under the interpreter ('interpret') and the
+per-platform lowering ('auto' on CPU lowers to the XLA reference) against 'xla', through jit, grad, vmap and
+shard_map with check_vma on two CPU devices."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax import ops
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, scale=1.0):
+  return jnp.asarray(RNG.normal(size=shape) * scale, jnp.float32)
+
+
+OPS = {
+    # name: (op(backend) -> f(*args), args); shapes are ragged on purpose (odd maps, N = 3 and 33)
+    "conv_grouped_relu": (lambda be: lambda x, w, b: ops.conv2d(x, w, b, padding=2, groups=2, relu=True, backend=be),
+                          (rand(6, 9, 9, 3), rand(3, 5, 5, 8, scale=0.2), rand(8))),
+    "conv_stride4": (lambda be: lambda x, w: ops.conv2d(x, w, stride=4, padding=2, backend=be),
+                     (rand(3, 19, 19, 3), rand(3, 11, 11, 4, scale=0.1))),
+    "max_pool": (lambda be: lambda x: ops.max_pool(x, backend=be), (jnp.maximum(rand(5, 13, 11, 33), 0),)),
+    "lrn": (lambda be: lambda x: ops.lrn(x, groups=2, backend=be), (rand(8, 5, 5, 3, scale=40),)),
+}
+
+
+def loss(op, *args):
+  y = op(*args)
+  return (y * jnp.cos(jnp.arange(y.size).reshape(y.shape))).sum()  # a cotangent that is not all ones
+
+
+@pytest.mark.parametrize("backend", ["interpret", "auto"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_primitive_matches_xla_forward_and_gradient(name, backend):
+  make, args = OPS[name]
+  with jax.default_matmul_precision("highest"):
+    want = jax.jit(make("xla"))(*args)
+    got = jax.jit(make(backend))(*args)
+    argnums = tuple(range(len(args)))
+    want_g = jax.grad(functools.partial(loss, make("xla")), argnums)(*args)
+    got_g = jax.jit(jax.grad(functools.partial(loss, make(backend)), argnums))(*args)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  for g, w in zip(got_g, want_g):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(jnp.abs(w).max()))
+
+
+@pytest.mark.parametrize("name", ["conv_grouped_relu", "max_pool", "lrn"])
+def test_vmap_folds_into_the_image_axis(name):
+  make, args = OPS[name]
+  stacked = jnp.stack([args[0], 2 * args[0]])
+  with jax.default_matmul_precision("highest"):
+    got = jax.vmap(lambda x: make("interpret")(x, *args[1:]))(stacked)
+    want = jnp.stack([make("xla")(x, *args[1:]) for x in stacked])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_vmap_over_filters_maps():
+  _, (x, w, b) = OPS["conv_grouped_relu"]
+  ws = jnp.stack([w, -w])
+  with jax.default_matmul_precision("highest"):
+    got = jax.vmap(lambda w: ops.conv2d(x, w, b, padding=2, groups=2, backend="interpret"))(ws)
+    want = jnp.stack([ops.conv2d(x, w, b, padding=2, groups=2) for w in ws])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "auto"])
+def test_primitives_inside_shard_map_with_check_vma(backend):
+  # Images split over two devices by their image axis N, the weights replicated: the gradient of the replicated
+  # weights is summed over the devices by the transpose of the widening the ops insert.
+  mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+  x, w = rand(4, 9, 9, 6), rand(4, 3, 3, 4, scale=0.3)
+
+  def net(backend):
+    def local(x, w):
+      y = ops.conv2d(x, w, padding=1, relu=True, backend=backend)
+      y = ops.lrn(ops.max_pool(y, backend=backend), backend=backend)
+      return jax.lax.psum((y ** 2).sum(), "data")
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, None, "data"), P()), out_specs=P(),
+                         check_vma=True)
+
+  with jax.default_matmul_precision("highest"):
+    want = jax.value_and_grad(net("xla"), (0, 1))(x, w)
+    got = jax.jit(jax.value_and_grad(net(backend), (0, 1)))(x, w)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), got, want)
+
+
+def test_triton_backend_without_a_gpu_says_so():
+  _, args = OPS["max_pool"]
+  with pytest.raises(ValueError, match="needs a CUDA GPU"):
+    jax.jit(OPS["max_pool"][0]("triton"))(*args)
+
+
+def test_two_tower_model_on_two_devices_runs_the_kernels():
+  # The paper's split at width 1/4 on 67×67 images (the smallest that keeps every layer), with dropout: the
+  # kernels under the interpreter give the XLA model's loss and gradients.
+  from alexnet_jax import parallel  # noqa: PLC0415
+  from alexnet_jax.model import Network  # noqa: PLC0415
+  from alexnet_jax.networks import alexnet  # noqa: PLC0415
+
+  layers = alexnet(num_classes=10, width=0.25)
+  x = jax.random.normal(jax.random.key(1), (3, 67, 67, 3))
+  mesh = parallel.make_mesh(model=2)
+  results = []
+  for backend in ("xla", "interpret"):
+    net = Network(layers, weight_init="he", backend=backend)
+    params = parallel.shard_params(mesh, layers, net.init(jax.random.key(0), x)["params"])
+    apply = parallel.sharded_apply(net, mesh, layers)
+    with jax.default_matmul_precision("highest"):
+      results.append(jax.jit(jax.value_and_grad(lambda p: (apply(p, x, jax.random.key(2), True) ** 2).mean()))(
+          params))
+  (want, want_g), (got, got_g) = results
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(jnp.abs(w).max()))

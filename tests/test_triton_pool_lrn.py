@@ -1,0 +1,257 @@
+"""Max-pool and LRN Triton kernels on the CPU interpreter against float64 numpy references, CHWN throughout.
+
+Outputs live inside NaN-filled buffers with guard cells on both sides: every element must be written, and nothing
+outside. bfloat16 is left to the GPU tests: the interpreter's bf16 arithmetic is broken (triton#11584).
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported, in case this file runs alone
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from triton_kernels import lrn, pool  # noqa: E402
+from triton_kernels.interpret import run  # noqa: E402
+
+GUARD = 64
+TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float16": dict(rtol=1e-2, atol=1e-2)}
+def poisoned(shape, dtype):
+  """A view of a NaN (or -1) buffer with GUARD spare cells on each side, which `untouched` checks afterwards."""
+  size = int(np.prod(shape))
+  buf = np.full(size + 2 * GUARD, -1 if np.dtype(dtype).kind == "i" else np.nan, dtype)
+  return buf[GUARD:GUARD + size].reshape(shape), buf
+
+
+def untouched(buf):
+  fill = buf[:1]
+  for side in (buf[:GUARD], buf[-GUARD:]):
+    np.testing.assert_array_equal(side, np.broadcast_to(fill, side.shape))
+
+
+# ---- max-pool ----
+
+def pool_windows(x, size, stride):
+  """(C, OH, OW, SIZE·SIZE, N): each window's elements in row-major order."""
+  c, h, w, n = x.shape
+  oh, ow = (h - size) // stride + 1, (w - size) // stride + 1
+  win = np.empty((c, oh, ow, size * size, n), x.dtype)
+  for i in range(oh):
+    for j in range(ow):
+      win[:, i, j] = x[:, i * stride:i * stride + size, j * stride:j * stride + size].reshape(c, size * size, n)
+  return win
+
+
+def pool_fwd_numpy(x, size, stride):
+  """Window max and the first position of it; a window with a NaN gives NaN and points at its first NaN."""
+  win = pool_windows(x, size, stride)
+  nan = np.isnan(win)
+  idx = np.where(nan.any(3), nan.argmax(3), np.nan_to_num(win, nan=-np.inf).argmax(3))
+  return win.max(3), idx
+
+
+def pool_bwd_numpy(dy, idx, shape, size, stride):
+  """The first-max rule: each window's whole gradient goes to the element idx names."""
+  dx = np.zeros(shape)
+  c, oh, ow, n = dy.shape
+  cs, ns = np.arange(c)[:, None], np.arange(n)[None, :]
+  for i in range(oh):
+    for j in range(ow):
+      kh, kw = np.divmod(idx[:, i, j], size)
+      np.add.at(dx, (cs, i * stride + kh, j * stride + kw, ns), dy[:, i, j])
+  return dx
+
+
+def run_pool(x, size, stride):
+  shape = pool.pooled_shape(x.shape, size, stride)
+  (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
+  run(pool.max_pool_fwd_kernel, pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name), x, y, idx)
+  untouched(ybuf)
+  untouched(ibuf)
+  return y, idx
+
+
+def run_pool_bwd(dy, idx, shape, size, stride):
+  dx, buf = poisoned(shape, dy.dtype)
+  run(pool.max_pool_bwd_kernel, pool.max_pool_bwd_launch(shape, size, stride, dy.dtype.name), dy, idx, dx)
+  untouched(buf)
+  return dx
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,size,stride", [
+    ((3, 13, 13, 33), 3, 2),  # the paper's pool, ragged batch
+    ((5, 7, 27, 1), 3, 2),  # N = 1, odd sizes
+    ((3, 8, 9, 130), 2, 2),  # the last column lies in no window
+    ((7, 9, 7, 3), 3, 1),
+])
+def test_max_pool_matches_numpy(shape, size, stride, dtype):
+  rng = np.random.default_rng(sum(shape))
+  x = np.maximum(rng.normal(size=shape), 0).astype(dtype)  # ReLU output: windows of zeros tie
+  y, idx = run_pool(x, size, stride)
+  want_y, want_idx = pool_fwd_numpy(x.astype(np.float64), size, stride)
+  np.testing.assert_array_equal(y, want_y.astype(dtype))
+  np.testing.assert_array_equal(idx, want_idx)
+  dy = rng.normal(size=y.shape).astype(dtype)
+  dx = run_pool_bwd(dy, idx, shape, size, stride)
+  assert np.isfinite(dx).all()
+  np.testing.assert_allclose(dx, pool_bwd_numpy(dy.astype(np.float64), want_idx, shape, size, stride), **TOL[dtype])
+
+
+def test_max_pool_ties_go_to_the_first_maximum():
+  x = np.random.default_rng(0).integers(0, 3, size=(2, 9, 9, 5)).astype(np.float32)  # three values: ties everywhere
+  x[:, :3, :3] = 0  # whole windows of zeros point at their corner
+  y, idx = run_pool(x, 3, 2)
+  want_y, want_idx = pool_fwd_numpy(x.astype(np.float64), 3, 2)
+  np.testing.assert_array_equal(idx, want_idx)
+  assert (idx[:, 0, 0] == 0).all()
+  dx = run_pool_bwd(np.ones_like(y), idx, x.shape, 3, 2)
+  np.testing.assert_array_equal(dx, pool_bwd_numpy(np.ones(y.shape), want_idx, x.shape, 3, 2))
+
+
+def test_max_pool_propagates_nan_to_exactly_its_windows():
+  x = np.random.default_rng(1).normal(size=(2, 11, 11, 3)).astype(np.float32)
+  x[1, 4, 6, 2] = np.nan  # in windows (1..2, 2..3): four of them
+  x[0, 2, 2, 0] = x[0, 2, 3, 0] = np.nan  # two NaNs sharing windows: the first in row-major order wins
+  y, idx = run_pool(x, 3, 2)
+  want_y, want_idx = pool_fwd_numpy(x.astype(np.float64), 3, 2)
+  expect = np.zeros(y.shape, bool)
+  expect[1, 1:3, 2:4, 2] = True
+  expect[0, 0:2, 0:2, 0] = True
+  np.testing.assert_array_equal(np.isnan(y), expect)
+  np.testing.assert_array_equal(idx, want_idx)
+  assert idx[1, 1, 2, 2] == (4 - 2) * 3 + (6 - 4) and idx[0, 0, 0, 0] == 2 * 3 + 2
+
+
+def test_max_pool_overlap_gradient_sums():
+  x = np.zeros((1, 5, 5, 1), np.float32)
+  x[0, 2, 2, 0] = 1.0  # in all four windows
+  y, idx = run_pool(x, 3, 2)
+  assert run_pool_bwd(np.ones_like(y), idx, x.shape, 3, 2)[0, 2, 2, 0] == 4.0
+
+
+# ---- LRN ----
+
+def lrn_window(c, cg, size):
+  """Channels in c's window, within its group."""
+  g0 = c // cg * cg
+  return range(max(g0, c - size // 2), min(g0 + cg, c + (size - 1) // 2 + 1))
+
+
+def lrn_fwd_numpy(x, groups, size, k, alpha, beta):
+  cg = x.shape[0] // groups
+  scale = np.stack([k + alpha * sum(x[j] ** 2 for j in lrn_window(c, cg, size)) for c in range(x.shape[0])])
+  return x * scale ** -beta, scale
+
+
+def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
+  """dx[c] = Σ_j dy[j] ∂y[j]/∂x[c], term by term from the forward window (not its mirror image)."""
+  _, scale = lrn_fwd_numpy(x, groups, size, k, alpha, beta)
+  cg = x.shape[0] // groups
+  dx = dy * scale ** -beta
+  for j in range(x.shape[0]):
+    for c in lrn_window(j, cg, size):
+      dx[c] = dx[c] - dy[j] * beta * x[j] * scale[j] ** (-beta - 1) * alpha * 2 * x[c]
+  return dx
+
+
+def run_lrn(x, dy, groups, size, k, alpha, beta):
+  launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name)
+  (y, ybuf), (scale, sbuf) = poisoned(x.shape, x.dtype), poisoned(x.shape, np.float32)
+  run(lrn.lrn_fwd_kernel, lrn.lrn_fwd_launch(*launch_args), x, y, scale)
+  dx, dbuf = poisoned(x.shape, x.dtype)
+  run(lrn.lrn_bwd_kernel, lrn.lrn_bwd_launch(*launch_args), x, dy, scale, dx)
+  for buf in (ybuf, sbuf, dbuf):
+    untouched(buf)
+  return y, scale, dx
+
+
+LRN_CASES = [  # shape, groups, size, k, alpha, beta
+    ((12, 3, 4, 5), 1, 5, 2.0, 1e-4, 0.75),  # the paper's constants
+    ((12, 3, 4, 5), 2, 5, 2.0, 1e-4, 0.75),  # two towers
+    ((7, 3, 3, 33), 1, 4, 1.0, 2e-4, 0.75),  # even window (lopsided), C prime, ragged batch
+    ((6, 3, 2, 130), 2, 5, 1.0, 1e-4 / 5, 0.5),  # a window wider than the 3-channel group, Caffe's α/n
+    ((10, 1, 1, 1), 2, 3, 2.0, 3e-4, 0.75),  # one position, N = 1
+    ((3, 13, 7, 3), 1, 1, 2.0, 1e-3, 0.75),  # a window of one
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,groups,size,k,alpha,beta", LRN_CASES)
+def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype):
+  rng = np.random.default_rng(sum(shape) + size)
+  x = (rng.normal(size=shape) * 40).astype(dtype)  # large, so that the normaliser is far from k
+  dy = rng.normal(size=shape).astype(dtype)
+  y, scale, dx = run_lrn(x, dy, groups, size, k, alpha, beta)
+  x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+  want_y, want_scale = lrn_fwd_numpy(x64, groups, size, k, alpha, beta)
+  want_dx = lrn_bwd_numpy(x64, dy64, groups, size, k, alpha, beta)
+  assert np.isfinite(y).all() and np.isfinite(scale).all() and np.isfinite(dx).all()
+  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
+  tol = TOL[dtype]
+  np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
+  np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
+
+
+def test_lrn_large_channels_leave_no_rounding_behind():
+  """A float32 sliding sum would keep a huge square's rounding after it left, large beside the small ones left."""
+  rng = np.random.default_rng(4)
+  x = (rng.normal(size=(48, 2, 2, 8)) * 0.1).astype(np.float32)
+  x[::7] *= 3e3
+  dy = rng.normal(size=x.shape).astype(np.float32)
+  args = (1, 5, 1.0, 1e-2, 0.75)  # α large enough that the small windows' sums show in scale
+  y, scale, dx = run_lrn(x, dy, *args)
+  want_y, want_scale = lrn_fwd_numpy(x.astype(np.float64), *args)
+  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
+  np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-7 * np.abs(want_y).max())
+  want_dx = lrn_bwd_numpy(x.astype(np.float64), dy.astype(np.float64), *args)
+  np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.abs(want_dx).max())
+
+
+@pytest.mark.parametrize("size", [4, 5])
+def test_lrn_backward_reference_is_the_derivative(size):
+  """Central differences of the float64 forward check the analytic reference the kernel is held to."""
+  rng = np.random.default_rng(size)
+  x, dy = rng.normal(size=(8, 2, 1, 2)) * 40, rng.normal(size=(8, 2, 1, 2))
+  args = (2, size, 1.0, 3e-4, 0.75)
+  numeric = np.zeros_like(x)
+  for i in np.ndindex(x.shape):
+    e = np.zeros_like(x)
+    e[i] = 1e-4
+    numeric[i] = ((lrn_fwd_numpy(x + e, *args)[0] - lrn_fwd_numpy(x - e, *args)[0]) * dy).sum() / 2e-4
+  np.testing.assert_allclose(lrn_bwd_numpy(x, dy, *args), numeric, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # inf · 0 in the interpreter's numpy, on purpose
+@pytest.mark.parametrize("size", [4, 5])
+def test_lrn_non_finite_inputs_stay_in_their_window(size):
+  x = (np.random.default_rng(2).normal(size=(12, 2, 2, 3)) * 40).astype(np.float32)
+  x[4, 1, 0, 2] = np.nan  # group 0 (channels 0..5)
+  x[7, 0, 1, 1] = np.inf  # group 1; its window's sum is inf, so its neighbours are scaled to 0
+  dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
+  y, scale, dx = run_lrn(x, dy, 2, size, 2.0, 1e-4, 0.75)
+  hit = np.zeros(x.shape, bool)  # y[j] is NaN when 4 ∈ window(j), i.e. j ∈ [4 − (SIZE−1)//2, 4 + SIZE//2]
+  hit[4 - (size - 1) // 2:min(6, 4 + size // 2 + 1), 1, 0, 2] = True
+  hit[7, 0, 1, 1] = True  # inf · inf^−β
+  np.testing.assert_array_equal(np.isnan(y), hit)
+  neighbours = np.zeros(x.shape, bool)
+  neighbours[max(6, 7 - (size - 1) // 2):7 + size // 2 + 1, 0, 1, 1] = True
+  np.testing.assert_array_equal(np.isinf(scale), neighbours)
+  assert np.isnan(y[7, 0, 1, 1]) and (y[neighbours & ~np.isnan(y)] == 0).all()
+  args = (2, size, 2.0, 1e-4, 0.75)
+  with np.errstate(invalid="ignore"):
+    want_y, want_scale = lrn_fwd_numpy(x.astype(np.float64), *args)
+    want_dx = lrn_bwd_numpy(x.astype(np.float64), dy.astype(np.float64), *args)
+  np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_y)))
+  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
+  np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_dx)))
+  assert np.isfinite(dx[:, 0, 0, 0]).all()  # positions without a non-finite input are untouched by them
+
+
+def test_launch_refuses_what_the_kernels_cannot_do():
+  with pytest.raises(ValueError, match="groups"):
+    lrn.lrn_fwd_launch((10, 2, 2, 4), 3, 5, 2.0, 1e-4, 0.75, "float32")
+  with pytest.raises(ValueError, match="size"):
+    pool.max_pool_fwd_launch((1, 2, 2, 4), 3, 2, "float32")
+  with pytest.raises(ValueError, match="dtype"):
+    pool.max_pool_bwd_launch((1, 5, 5, 4), 3, 2, "float64")

@@ -1,0 +1,243 @@
+"""Convolution in cuda-convnet's layouts: forward, data gradient and filter gradient as implicit GEMMs.
+
+Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-contiguous:
+  images x, data gradient dx      (C, H, W, N)             batch last: N is the fastest axis
+  filters w                       (C/G, KH, KW, F)         filters last
+  bias b                          (F,) float32
+  output y, output gradient dy    (F, OH, OW, N)           OH = (H + 2·PAD - KH) // STRIDE + 1, likewise OW
+  filter-gradient partials dw     (SPLIT, C/G, KH, KW, F)  float32; the caller sums axis 0
+Groups G split C and F into equal consecutive blocks: group g reads channels [g·C/G, (g+1)·C/G) and owns filters
+[g·F/G, (g+1)·F/G) (the paper's two towers on one device). The last grid axis is the group.
+
+Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so the columns
+of a tile are consecutive images at one pixel and load coalesced: cuda-convnet's point. There is no im2col buffer:
+the strided operand is gathered from CHWN with masks for padding and ragged edges.
+  conv_fwd    y[f, p]  = Σ_k w[k, f] · x[k, p]     rows F/G,  cols p = (oh, ow, n),  k = (c, kh, kw)
+  conv_dgrad  dx[c, q] = Σ_k w[c, k] · dy[k, q]    rows C/G,  cols q = (ih, iw, n),  k = (kh, kw, f)
+  conv_wgrad  dw[r, f] = Σ_p x[r, p] · dy[f, p]    rows r = (c, kh, kw),  cols F/G,  p = (oh, ow, n) split SPLIT ways
+k is ordered so that the filter tile is contiguous (w is a row-major (K, F) matrix per group in the forward pass).
+Products run on tensor cores for float16/bfloat16 (INPUT_PRECISION is then ignored) and accumulate in float32;
+float32 inputs go through tl.dot with INPUT_PRECISION "ieee" (full float32, no tensor cores) or "tf32". Outputs y and
+dx take the input dtype; dw partials stay float32. The data gradient is correct for any stride, but with stride S
+only 1/S² of its gathered terms are live: stride 1 is the efficient case (AlexNet never needs conv1's data
+gradient). Offsets are int32: every tensor must hold fewer than 2³¹ elements.
+
+Blocking, chosen per shape by the *_launch functions (tl.dot needs every block dim ≥ 16; GPU tuning comes later):
+  BLOCK_P, BLOCK_Q (pixel×image columns)        next pow2 of their count, clamped to [16, 128]
+  BLOCK_F, BLOCK_C, BLOCK_R (filters, channels, (c, kh, kw) per group)   next pow2 of the count, clamped to [16, 128]
+  BLOCK_K (fwd, dgrad reduction step)           next pow2 of K, clamped to [16, 32]
+  BLOCK_P (wgrad reduction step)                next pow2 of OH·OW·N, clamped to [16, 64]
+  SPLIT, SPLIT_STEPS (wgrad)                    about 4096 columns a program, in whole BLOCK_P steps, none empty
+  num_warps 8 for a 128×128 output tile, else 4; num_stages 3.
+"""
+
+import triton
+import triton.language as tl
+
+from triton_kernels.launch import Launch, cdiv
+
+DTYPES = ("float32", "float16", "bfloat16")
+INPUT_PRECISIONS = ("ieee", "tf32")
+WGRAD_COLUMNS_PER_PROGRAM = 4096
+
+
+@triton.jit
+def _image_tile(x_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr, KH: tl.constexpr,
+                KW: tl.constexpr, OW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, ROWS: tl.constexpr,
+                COLS: tl.constexpr):
+  """x[rows, p] of the implicit im2col matrix: rows (c, kh, kw) from channel c0 on, columns (oh, ow, n)."""
+  c = rows // (KH * KW)
+  kh = rows // KW % KH
+  kw = rows % KW
+  n = p % N
+  ih0 = p // (N * OW) * STRIDE - PAD
+  iw0 = p // N % OW * STRIDE - PAD
+  ih = ih0[None, :] + kh[:, None]
+  iw = iw0[None, :] + kw[:, None]
+  inside = (rows < ROWS)[:, None] & (p < COLS)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+  # The offset separates into a row part and a column part: one add per element, not a full index decode.
+  row_off = (c0 + c) * (H * W * N) + kh * (W * N) + kw * N
+  col_off = ih0 * (W * N) + iw0 * N + n
+  return tl.load(x_ptr + row_off[:, None] + col_off[None, :], mask=inside, other=0.0)
+
+
+@triton.jit
+def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                    F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
+                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
+                    INPUT_PRECISION: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr,
+                    BLOCK_K: tl.constexpr):
+  """filter_acts: y = relu(w ⋆ x + b), one [BLOCK_F, BLOCK_P] tile of y per program; b_ptr unread without bias."""
+  CG: tl.constexpr = C // GROUPS
+  FG: tl.constexpr = F // GROUPS
+  OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
+  OW: tl.constexpr = (W + 2 * PAD - KW) // STRIDE + 1
+  P: tl.constexpr = OH * OW * N
+  K: tl.constexpr = CG * KH * KW
+  F_TILES: tl.constexpr = (FG + BLOCK_F - 1) // BLOCK_F
+  pid = tl.program_id(0)
+  g = tl.program_id(1)
+  # Filter tiles vary fastest, so programs running together share one gathered image tile through L2.
+  f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
+  p = pid // F_TILES * BLOCK_P + tl.arange(0, BLOCK_P)
+  acc = tl.zeros((BLOCK_F, BLOCK_P), tl.float32)
+  for k0 in range(0, K, BLOCK_K):
+    k = k0 + tl.arange(0, BLOCK_K)
+    w_tile = tl.load(w_ptr + k[None, :] * F + (g * FG + f)[:, None], mask=(f < FG)[:, None] & (k < K)[None, :],
+                     other=0.0)
+    x_tile = _image_tile(x_ptr, g * CG, k, p, N, H, W, KH, KW, OW, STRIDE, PAD, K, P)
+    acc = tl.dot(w_tile, x_tile, acc, input_precision=INPUT_PRECISION)
+  if HAS_BIAS:
+    acc += tl.load(b_ptr + g * FG + f, mask=f < FG, other=0.0).to(tl.float32)[:, None]
+  if RELU:
+    acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as in XLA
+  tl.store(y_ptr + (g * FG + f)[:, None] * P + p[None, :], acc.to(y_ptr.dtype.element_ty),
+           mask=(f < FG)[:, None] & (p < P)[None, :])
+
+
+@triton.jit
+def conv_dgrad_kernel(dy_ptr, w_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                      F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
+                      GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_C: tl.constexpr,
+                      BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+  """img_acts: dx[c, ih, iw, n] = Σ dy[f, oh, ow, n] · w[c, kh, kw, f], ih = oh·STRIDE - PAD + kh, iw alike."""
+  CG: tl.constexpr = C // GROUPS
+  FG: tl.constexpr = F // GROUPS
+  OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
+  OW: tl.constexpr = (W + 2 * PAD - KW) // STRIDE + 1
+  Q: tl.constexpr = H * W * N
+  K: tl.constexpr = KH * KW * FG
+  C_TILES: tl.constexpr = (CG + BLOCK_C - 1) // BLOCK_C
+  pid = tl.program_id(0)
+  g = tl.program_id(1)
+  c = pid % C_TILES * BLOCK_C + tl.arange(0, BLOCK_C)
+  q = pid // C_TILES * BLOCK_Q + tl.arange(0, BLOCK_Q)
+  n = q % N
+  iw = q // N % W
+  ih = q // (N * W)
+  acc = tl.zeros((BLOCK_C, BLOCK_Q), tl.float32)
+  for k0 in range(0, K, BLOCK_K):
+    k = k0 + tl.arange(0, BLOCK_K)
+    f = k % FG  # f fastest in k: the filter tile reads w[c, kh, kw, :] contiguously
+    kw = k // FG % KW
+    kh = k // (FG * KW)
+    w_tile = tl.load(w_ptr + c[:, None] * (KH * KW * F) + ((kh * KW + kw) * F + g * FG + f)[None, :],
+                     mask=(c < CG)[:, None] & (k < K)[None, :], other=0.0)
+    th = ih[None, :] + (PAD - kh)[:, None]  # oh · STRIDE when this (kh, ih) pair is a real term
+    tw = iw[None, :] + (PAD - kw)[:, None]
+    live = (k < K)[:, None] & (q < Q)[None, :] & (th >= 0) & (tw >= 0)
+    if STRIDE > 1:
+      live &= (th % STRIDE == 0) & (tw % STRIDE == 0)
+    oh = th // STRIDE
+    ow = tw // STRIDE
+    live &= (oh < OH) & (ow < OW)
+    dy_off = (g * FG + f)[:, None] * (OH * OW * N) + oh * (OW * N) + ow * N + n[None, :]
+    dy_tile = tl.load(dy_ptr + dy_off, mask=live, other=0.0)
+    acc = tl.dot(w_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
+  tl.store(dx_ptr + (g * CG + c)[:, None] * Q + q[None, :], acc.to(dx_ptr.dtype.element_ty),
+           mask=(c < CG)[:, None] & (q < Q)[None, :])
+
+
+@triton.jit
+def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                      F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
+                      GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT: tl.constexpr, SPLIT_STEPS: tl.constexpr):
+  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n].
+
+  Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
+  tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
+  """
+  CG: tl.constexpr = C // GROUPS
+  FG: tl.constexpr = F // GROUPS
+  OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
+  OW: tl.constexpr = (W + 2 * PAD - KW) // STRIDE + 1
+  P: tl.constexpr = OH * OW * N
+  R: tl.constexpr = CG * KH * KW
+  F_TILES: tl.constexpr = (FG + BLOCK_F - 1) // BLOCK_F
+  pid = tl.program_id(0)
+  s = tl.program_id(1)
+  g = tl.program_id(2)
+  f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
+  r = pid // F_TILES * BLOCK_R + tl.arange(0, BLOCK_R)
+  acc = tl.zeros((BLOCK_R, BLOCK_F), tl.float32)
+  for i in range(SPLIT_STEPS):
+    p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
+    x_tile = _image_tile(x_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P)
+    dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
+                      other=0.0)
+    acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
+  tl.store(dw_ptr + s * (R * F) + r[:, None] * F + (g * FG + f)[None, :], acc,
+           mask=(r < R)[:, None] & (f < FG)[None, :])
+
+
+def _block(n: int, lo: int, hi: int) -> int:
+  return min(hi, max(lo, triton.next_power_of_2(n)))
+
+
+def _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision):
+  """Checks one layer's shapes; returns its constexpr shape parameters and (OH, OW)."""
+  c, h, w, n = x_shape
+  cg, kh, kw, f = w_shape
+  if c != cg * groups or f % groups:
+    raise ValueError(f"conv: images {x_shape} and filters {w_shape} need channels == {cg}·groups and filters "
+                     f"divisible by groups={groups}")
+  if stride < 1 or padding < 0:
+    raise ValueError(f"conv: stride {stride} must be ≥ 1 and padding {padding} ≥ 0")
+  oh, ow = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+  if min(oh, ow, n) < 1:
+    raise ValueError(f"conv: {kh}×{kw} filters do not fit images {x_shape} with padding {padding}")
+  if dtype_name not in DTYPES or input_precision not in INPUT_PRECISIONS:
+    raise ValueError(f"conv: dtype {dtype_name!r} must be one of {DTYPES} and input_precision "
+                     f"{input_precision!r} one of {INPUT_PRECISIONS}")
+  shape = dict(N=n, C=c, H=h, W=w, F=f, KH=kh, KW=kw, STRIDE=stride, PAD=padding, GROUPS=groups)
+  return shape, oh, ow
+
+
+def _warps(rows: int, cols: int) -> int:
+  return 8 if rows * cols >= 128 * 128 else 4
+
+
+def conv_fwd_launch(x_shape, w_shape, stride, padding, groups, relu, has_bias, dtype_name,
+                    input_precision="ieee") -> Launch:
+  """conv_fwd_kernel(x, w, b, y) for x (C, H, W, N) and w (C/G, KH, KW, F): y is (F, OH, OW, N) in x's dtype."""
+  shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
+  cg, kh, kw, f = w_shape
+  cols = oh * ow * shape["N"]
+  block_f, block_p, block_k = _block(f // groups, 16, 128), _block(cols, 16, 128), _block(cg * kh * kw, 16, 32)
+  return Launch(grid=(cdiv(f // groups, block_f) * cdiv(cols, block_p), groups),
+                constexprs=dict(shape, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision,
+                                BLOCK_F=block_f, BLOCK_P=block_p, BLOCK_K=block_k),
+                num_warps=_warps(block_f, block_p), num_stages=3)
+
+
+def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee") -> Launch:
+  """conv_dgrad_kernel(dy, w, dx): dy (F, OH, OW, N) and w as in the forward pass; dx has x_shape and dy's dtype."""
+  shape, _, _ = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
+  cg, kh, kw, f = w_shape
+  cols = shape["H"] * shape["W"] * shape["N"]
+  block_c, block_q, block_k = _block(cg, 16, 128), _block(cols, 16, 128), _block(kh * kw * f // groups, 16, 32)
+  return Launch(grid=(cdiv(cg, block_c) * cdiv(cols, block_q), groups),
+                constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_C=block_c, BLOCK_Q=block_q,
+                                BLOCK_K=block_k),
+                num_warps=_warps(block_c, block_q), num_stages=3)
+
+
+def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
+                      split=None) -> Launch:
+  """conv_wgrad_kernel(x, dy, dw): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"].
+
+  split, if given, asks for that many partial sums (fewer come back when the columns run out).
+  """
+  shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
+  cg, kh, kw, f = w_shape
+  rows, cols = cg * kh * kw, oh * ow * shape["N"]
+  block_r, block_f, block_p = _block(rows, 16, 128), _block(f // groups, 16, 128), _block(cols, 16, 64)
+  steps = cdiv(cols, block_p)
+  want = split if split is not None else cdiv(steps * block_p, WGRAD_COLUMNS_PER_PROGRAM)
+  split_steps = cdiv(steps, max(1, min(want, steps)))
+  n_split = cdiv(steps, split_steps)  # recount so that no program is left without columns
+  return Launch(grid=(cdiv(rows, block_r) * cdiv(f // groups, block_f), n_split, groups),
+                constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_R=block_r, BLOCK_F=block_f,
+                                BLOCK_P=block_p, SPLIT=n_split, SPLIT_STEPS=split_steps),
+                num_warps=_warps(block_r, block_f), num_stages=3)

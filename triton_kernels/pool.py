@@ -1,0 +1,105 @@
+"""Overlapping max-pooling without padding, cuda-convnet's CHWN layout (all arrays contiguous, N fastest).
+
+  forward:  x (C, H, W, N) → y (C, OH, OW, N) in x's dtype, idx (C, OH, OW, N) int8
+  backward: dy (C, OH, OW, N), idx → dx (C, H, W, N) in dy's dtype
+
+with OH = (H − SIZE)//STRIDE + 1 (OW likewise). idx is the row-major position kh·SIZE + kw of the window's maximum:
+the first one on ties (XLA's select_and_scatter gives the whole gradient to the first maximum in scan order, and ties
+are common among ReLU zeros), the first NaN if the window holds one (y is then NaN). The backward gathers: each dx
+element sums dy over the windows that cover it and chose it, so there are no atomics and every element is written.
+"""
+
+import triton
+import triton.language as tl
+
+from triton_kernels.launch import Launch, cdiv
+
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+NUM_WARPS = 4
+
+
+@triton.jit
+def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
+                        OH: tl.constexpr, OW: tl.constexpr, SIZE: tl.constexpr, STRIDE: tl.constexpr,
+                        BLOCK: tl.constexpr):
+  # A block is consecutive flat outputs, so neighbouring lanes are neighbouring images at one pixel: loads coalesce,
+  # and with N a compile-time constant Triton can prove the runs contiguous and vectorise them.
+  o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  live = o < C * OH * OW * N
+  n = o % N
+  ow = o // N % OW
+  oh = o // (N * OW) % OH
+  c = o // (N * OW * OH)
+  corner = ((c * H + oh * STRIDE) * W + ow * STRIDE) * N + n
+  best = tl.load(x_ptr + corner, mask=live, other=0.0).to(tl.float32)
+  arg = tl.zeros([BLOCK], tl.int32)
+  for kh in tl.static_range(SIZE):
+    for kw in tl.static_range(SIZE):
+      if kh + kw > 0:
+        v = tl.load(x_ptr + corner + (kh * W + kw) * N, mask=live, other=0.0).to(tl.float32)
+        # Strictly greater keeps the first maximum; a NaN replaces a number once and is never replaced.
+        take = (v > best) | ((v != v) & (best == best))
+        best = tl.where(take, v, best)
+        arg = tl.where(take, kh * SIZE + kw, arg)
+  tl.store(y_ptr + o, best.to(y_ptr.dtype.element_ty), mask=live)
+  tl.store(idx_ptr + o, arg.to(tl.int8), mask=live)
+
+
+@triton.jit
+def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
+                        OH: tl.constexpr, OW: tl.constexpr, SIZE: tl.constexpr, STRIDE: tl.constexpr,
+                        BLOCK: tl.constexpr):
+  i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  live = i < C * H * W * N
+  n = i % N
+  w = i // N % W
+  h = i // (N * W) % H
+  c = i // (N * W * H)
+  acc = tl.zeros([BLOCK], tl.float32)
+  # Row h lies in the windows starting at rows h//STRIDE − a, a < ceil(SIZE/STRIDE), where it sits at kh < SIZE.
+  REACH: tl.constexpr = (SIZE + STRIDE - 1) // STRIDE
+  for a in tl.static_range(REACH):
+    oh = h // STRIDE - a
+    kh = h - oh * STRIDE
+    row = live & (oh >= 0) & (oh < OH) & (kh < SIZE)
+    for b in tl.static_range(REACH):
+      ow = w // STRIDE - b
+      kw = w - ow * STRIDE
+      ok = row & (ow >= 0) & (ow < OW) & (kw < SIZE)
+      j = ((c * OH + oh) * OW + ow) * N + n
+      chose = tl.load(idx_ptr + j, mask=ok, other=-1).to(tl.int32) == kh * SIZE + kw
+      # Masking the load by `ok` alone keeps the mask uniform along N, so the load still vectorises.
+      acc += tl.where(chose, tl.load(dy_ptr + j, mask=ok, other=0.0).to(tl.float32), 0.0)
+  tl.store(dx_ptr + i, acc.to(dx_ptr.dtype.element_ty), mask=live)
+
+
+def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
+  c, h, w, n = shape
+  return c, (h - size) // stride + 1, (w - size) // stride + 1, n
+
+
+def _launch(shape, size, stride, dtype_name, elements):
+  c, h, w, n = shape
+  if dtype_name not in ITEMSIZE:
+    raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
+  if not (1 <= size <= 11 and stride >= 1 and size <= min(h, w)):  # idx is int8: SIZE² ≤ 127
+    raise ValueError(f"max_pool: size {size}, stride {stride} do not fit a {h}×{w} map")
+  if elements >= 2**31:
+    raise ValueError("max_pool: flat indices are int32; split the batch")
+  _, oh, ow, _ = pooled_shape(shape, size, stride)
+  # Two 16-byte vectors per thread keep enough loads in flight; a small layer gets a smaller (power of two) block.
+  block = min(2 * 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name], max(32 * NUM_WARPS, triton.next_power_of_2(elements)))
+  constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block)
+  return Launch(grid=(cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
+
+
+def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
+  """shape is x's (C, H, W, N); one lane per element of y."""
+  c, oh, ow, n = pooled_shape(shape, size, stride)
+  return _launch(shape, size, stride, dtype_name, c * oh * ow * n)
+
+
+def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
+  """shape is x's (C, H, W, N), which dx has; one lane per element of dx."""
+  c, h, w, n = shape
+  return _launch(shape, size, stride, dtype_name, c * h * w * n)
