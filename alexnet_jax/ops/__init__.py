@@ -1,9 +1,9 @@
 """The network's ops, each in cuda-convnet's batch-last layout.
 
 Conv-stack activations are CHWN (channels, height, width, images) and fully-connected activations are (features,
-images): the image index is always the last, contiguous axis, as in cuda-convnet. Every op takes a `backend`:
-'auto' and 'xla' run the XLA reference (lax with CHWN dimension numbers) on every platform; the Triton kernels
-plug in here as further backends without changing any caller.
+images): the image index is always the last, contiguous axis, as in cuda-convnet. Every op takes a `backend`
+(backend.py): the XLA reference (lax with CHWN dimension numbers), or a primitive around its Triton kernel
+(kernel.py) that runs the kernel on CUDA, the reference elsewhere, or the kernel under the Triton interpreter.
 """
 
 from alexnet_jax.ops.backend import BACKENDS, check_backend
