@@ -26,7 +26,8 @@ def load_config(path, overrides):
     key, value = item.split("=", 1)
     *parents, leaf = key.split(".")
     node = functools.reduce(getattr, parents, config)
-    setattr(node, leaf, type(getattr(node, leaf))(value))  # numbers and strings
+    kind = type(getattr(node, leaf))
+    setattr(node, leaf, value.lower() in ("1", "true") if kind is bool else kind(value))  # numbers, strings, bools
   return config
 
 
