@@ -18,7 +18,7 @@ import tqdm
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import checkpoints, parallel
+from alexnet_jax import checkpoints, parallel, pictures
 from alexnet_jax.config import validate
 from alexnet_jax.data.pipeline import get_dataset, prefetch
 from alexnet_jax.metrics import MetricWriter
@@ -196,4 +196,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   writer.close()
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
+  colour = write_pictures(workdir, setup, state)
+  print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
+
+
+def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
+  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir."""
+  first = next(layer.name for layer in setup.layers if layer.kind == "conv")
+  return pictures.write_all(workdir, np.asarray(state.params[first]["kernel"]))

@@ -56,6 +56,7 @@ def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
   assert {"train/loss", "train/top1", "train/learning_rate", "eval/top1", "eval/top5"} <= set(events.Tags()["scalars"])
   assert [e.step for e in events.Scalars("eval/top1")] == [100, 150]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["100", "150", "50"]
+  assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(workdir))
 
 
 def test_train_step_lowers_the_loss_on_a_fixed_batch():
