@@ -11,11 +11,14 @@ import jax.numpy as jnp
 BACKENDS = ("auto", "xla", "triton", "interpret")
 
 
-def check_backend(backend: str) -> str:
-  """Returns 'xla' or the primitives' mode for `backend`, or raises one clear error."""
+def check_backend(backend: str, dtype=None) -> str:
+  """Returns 'xla' or the primitives' mode for `backend` and the input `dtype`, or raises one clear error.
+
+  float64 input always takes the XLA reference: the kernels compute in float32 at most.
+  """
   if backend not in BACKENDS:
     raise ValueError(f"unknown kernel backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-  return backend
+  return "xla" if dtype is not None and jnp.dtype(dtype) == jnp.float64 else backend
 
 
 def accumulator(dtype):

@@ -131,8 +131,8 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="
                      f"channels == {cin}·groups and filters divisible by groups")
   if b is not None and b.shape != (f,):
     raise ValueError(f"conv2d: bias shape {b.shape} does not match {f} filters")
-  mode = check_backend(backend)
-  if mode == "xla" or x.dtype == jnp.float64:  # the kernels compute in float32 at most
+  mode = check_backend(backend, x.dtype)
+  if mode == "xla":
     return conv2d_reference(x, w, b, stride=stride, padding=padding, groups=groups, relu=relu)
   has_bias = b is not None
   b = b if has_bias else jnp.zeros((f,), jnp.float32)

@@ -91,8 +91,8 @@ def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, b
   """x (C, H, W, N) → same shape; each of `groups` consecutive channel blocks is normalised on its own."""
   if x.shape[0] % groups:
     raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
-  mode = check_backend(backend)
-  if mode == "xla" or x.dtype == jnp.float64:  # the kernels compute in float32
+  mode = check_backend(backend, x.dtype)
+  if mode == "xla":
     return lrn_reference(x, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n, groups=groups)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
             ("beta", float(beta)))

@@ -92,7 +92,7 @@ def max_pool(x, *, size=3, stride=2, backend="auto"):
   if h < size or w < size:
     raise ValueError(f"max_pool: a {h}×{w} map is smaller than the {size}×{size} window; the input image is too "
                      "small for this network")
-  mode = check_backend(backend)
-  if mode == "xla" or x.dtype == jnp.float64:  # the kernels compute in float32 at most
+  mode = check_backend(backend, x.dtype)
+  if mode == "xla":
     return max_pool_reference(x, size=size, stride=stride)
   return _max_pool_kernel(x, size, stride, mode)
