@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: train test clean
+.PHONY: train test prepare clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python 3.12 found; run make PYTHON=/path/to/python3.12"; exit 1; }
@@ -20,5 +20,16 @@ train: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 -q $(ARGS)
 
+# Preparing tfds datasets needs TensorFlow, which training does not: it gets a virtual environment of its own.
+PREPARE_STAMP := .venv-prepare/.installed
+$(PREPARE_STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.12 found; run make PYTHON=/path/to/python3.12"; exit 1; }
+	test -x .venv-prepare/bin/python || $(PYTHON) -m venv .venv-prepare
+	.venv-prepare/bin/python -m pip install -q --disable-pip-version-check -e '.[prepare]'
+	touch $(PREPARE_STAMP)
+
+prepare: $(PREPARE_STAMP)
+	.venv-prepare/bin/python scripts/prepare_data.py $(ARGS)
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) .venv-prepare runs

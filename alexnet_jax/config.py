@@ -22,10 +22,14 @@ def paper_config() -> ml_collections.ConfigDict:
   c.kernel_backend = "auto"
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
   c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
-  # Data.
+  # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
+  # (data_dir/<split>/<class>/*.jpg) or 'procedural'. Zeros mean "what the data has".
   c.dataset = ml_collections.ConfigDict(dict(
-      name="imagenet2012", data_dir="", num_classes=1000, num_train_examples=1_281_167,
-      num_eval_examples=50_000))
+      name="imagenet2012", data_dir="", train_split="train", eval_split="validation", num_classes=0,
+      num_train_examples=0, num_eval_examples=0,
+      resize=256,  # shorter side before the random image_size crop (227 crops as in Caffe: image_size=227)
+      pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
+      threads=16, workers=0))  # batches built ahead by threads in this process, plus worker processes
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
   c.batch_size = 128
   c.eval_batch_size = 128
@@ -50,7 +54,6 @@ def _choices(config, key, allowed):
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises one ValueError naming the first problem: an unknown key or a value out of range."""
   from alexnet_jax import ops  # noqa: PLC0415  (configs import this module before jax is set up)
-  from alexnet_jax.data import DATASETS  # noqa: PLC0415
   from alexnet_jax.model import INITS  # noqa: PLC0415
   from alexnet_jax.networks import NETWORKS  # noqa: PLC0415
 
@@ -68,8 +71,14 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
-  if config.dataset.name not in DATASETS:
-    raise ValueError(f"unknown dataset {config.dataset.name!r}; choose one of {', '.join(sorted(DATASETS))}")
+  for key in ("num_classes", "num_train_examples", "num_eval_examples", "workers", "pca_sigma"):
+    if config.dataset[key] < 0:
+      raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
+  if config.dataset.threads < 1:
+    raise ValueError(f"config.dataset.threads must be ≥ 1, got {config.dataset.threads!r}")
+  if config.dataset.name != "procedural" and config.dataset.resize < config.image_size:
+    raise ValueError(f"config.dataset.resize={config.dataset.resize} must be ≥ config.image_size={config.image_size}"
+                     " (images are resized, then cropped)")
   for key in ("batch_size", "eval_batch_size", "towers", "image_size", "log_every_steps", "eval_every_steps",
               "checkpoint_every_steps", "checkpoints_to_keep"):
     if int(config[key]) < 1:

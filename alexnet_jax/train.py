@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax import checkpoints, parallel, pictures
 from alexnet_jax.config import validate
-from alexnet_jax.data.pipeline import get_dataset, prefetch
+from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
 from alexnet_jax.networks import get_network
@@ -91,8 +91,10 @@ def check_batch(batch: dict, config) -> None:
 
 
 def put_batch(mesh, batch: dict) -> dict:
-  """Places a host batch on the mesh, its images' batch axis split over 'data'."""
-  return {k: jax.device_put(v, NamedSharding(mesh, P("data", *(None,) * (v.ndim - 1)))) for k, v in batch.items()}
+  """Places this process's share of a batch on the mesh: the global batch axis is split over 'data' (on one host
+  the share is the whole batch)."""
+  return {k: jax.make_array_from_process_local_data(NamedSharding(mesh, P("data", *(None,) * (v.ndim - 1))), v)
+          for k, v in batch.items()}
 
 
 def logits_fn(setup: Setup):
@@ -128,8 +130,15 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup):
 
 
 def eval_step(state: TrainState, batch: dict, *, setup: Setup):
-  logits = logits_fn(setup)(state.params, batch["image"], jax.random.key(0), False)
-  return metrics_of(logits, batch["label"], batch["mask"])
+  """Metrics of one evaluation batch; images (N, crops, H, W, 3) are scored by their crops' mean softmax, as the
+  paper's 10-crop test (the loss is then the cross-entropy of that mean)."""
+  images = batch["image"]
+  if images.ndim == 4:
+    return metrics_of(logits_fn(setup)(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
+  n, crops = images.shape[:2]
+  logits = logits_fn(setup)(state.params, images.reshape(n * crops, *images.shape[2:]), jax.random.key(0), False)
+  probs = jax.nn.softmax(logits.astype(jnp.float32)).reshape(n, crops, -1).mean(1)
+  return metrics_of(jnp.log(probs), batch["label"], batch["mask"])
 
 
 def summarise(sums: dict) -> dict:
@@ -138,9 +147,10 @@ def summarise(sums: dict) -> dict:
   return {k: float(sums[k]) / n for k in ("loss", "top1", "top5")}
 
 
-def evaluate(state, dataset, config, p_eval_step, mesh) -> dict:
+def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
   total = None
-  for batch in dataset.eval_batches(config.eval_batch_size):
+  for batch in eval_batches(dataset, config.eval_batch_size, crops, config.dataset.threads):
+    batch.pop("skipped")
     m = p_eval_step(state, put_batch(mesh, batch))
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   return summarise(jax.device_get(total))
@@ -154,8 +164,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   key = jax.random.key(config.seed)
   state = create_train_state(setup, config, key)
   manager = checkpoints.manager(workdir, config)
-  state = checkpoints.restore(manager, state)
+  state, position = checkpoints.restore(manager, state)
   start = int(state.step)
+  if position is not None:
+    check_position(position, data_position(config, dataset, start))
   writer = MetricWriter(workdir, resume_step=start)
   if start == 0:
     writer.write_config(config)
@@ -165,21 +177,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
 
-  def host_batch(step):
-    batch = dataset.train_batch(step, config.batch_size)
-    check_batch(batch, config)
-    return batch
-
-  eval_metrics, sums, t0, logged = {}, None, time.time(), start
+  batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
+  host_batches = iterate(batches, start, config.dataset.threads, config.dataset.workers)
+  eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
-  for step, batch in zip(range(start, setup.total_steps), prefetch(host_batch, start, setup.total_steps)):
+  for step in range(start, setup.total_steps):
+    batch = next(host_batches)
+    skipped += int(batch.pop("skipped").sum())
+    check_batch(batch, config)
     state, m = p_train_step(state, put_batch(setup.mesh, batch), key)
     lr = m.pop("learning_rate")
     sums = m if sums is None else jax.tree.map(jnp.add, sums, m)
     done = step + 1
     if done % config.log_every_steps == 0 or done == setup.total_steps:
       train = summarise(jax.device_get(sums))
-      train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0))
+      train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
+                    skipped_images=skipped)
       writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
       sums, t0, logged = None, time.time(), done
@@ -189,9 +202,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
     if done % config.checkpoint_every_steps == 0 or done == setup.total_steps:
-      checkpoints.save(manager, done, state)
+      checkpoints.save(manager, done, state, data_position(config, dataset, done))
     bar.update(1)
   bar.close()
+  getattr(host_batches, "close", lambda: None)()  # stops worker processes, if any
   manager.wait_until_finished()
   writer.close()
   if not eval_metrics:  # nothing left to train: report on the restored state
@@ -199,6 +213,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   colour = write_pictures(workdir, setup, state)
   print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
+
+
+def data_position(config, dataset, next_batch: int) -> dict:
+  """What a checkpoint records of the input pipeline: the next batch's index, and the settings without which that
+  index would name different examples."""
+  return dict(next_batch=next_batch, dataset=config.dataset.name, num_train=dataset.num_train,
+              batch_size=config.batch_size, seed=config.seed, processes=jax.process_count())
+
+
+def check_position(saved: dict, now: dict) -> None:
+  changed = [f"{k} {saved.get(k)!r} → {now[k]!r}" for k in now if saved.get(k) != now[k]]
+  if changed:
+    raise DataError(f"the checkpoint's input position does not fit this run ({'; '.join(changed)}): resume with the "
+                    "data settings it was written with, or train in a new --workdir")
 
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:

@@ -34,12 +34,14 @@ def load_config(path, overrides):
 def bench(config, steps):
   from alexnet_jax import hlo, train  # noqa: PLC0415
 
-  setup = train.make_setup(config, config.dataset.num_classes, config.dataset.num_train_examples)
+  # Synthetic batches stand in for ImageNet (1000 classes, 1.28M images) unless the config says otherwise.
+  classes = config.dataset.num_classes or 1000
+  setup = train.make_setup(config, classes, config.dataset.num_train_examples or 1_281_167)
   state = train.create_train_state(setup, config, jax.random.key(0))
   rng = np.random.default_rng(0)
   s, b = config.image_size, config.batch_size
   batch = train.put_batch(setup.mesh, dict(image=rng.normal(size=(b, s, s, 3)).astype(np.float32),
-                                           label=rng.integers(0, config.dataset.num_classes, b).astype(np.int32)))
+                                           label=rng.integers(0, classes, b).astype(np.int32)))
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
   compiled = step.lower(state, batch, jax.random.key(1)).compile()
   names = [layer.name for layer in setup.layers]

@@ -31,7 +31,7 @@ def main(argv):
     manager = checkpoints.manager(flags.FLAGS.workdir, config)
     if manager.latest_step() is None:
       raise ValueError(f"no checkpoint in {flags.FLAGS.workdir}")
-    state = checkpoints.restore(manager, train.create_train_state(setup, config, jax.random.key(config.seed)))
+    state, _ = checkpoints.restore(manager, train.create_train_state(setup, config, jax.random.key(config.seed)))
     colour = train.write_pictures(flags.FLAGS.workdir, setup, state)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f"error: {e}")

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from alexnet_jax.data import procedural as P
+from alexnet_jax.data.pipeline import image_statistics
+from alexnet_jax.data.sources import ProceduralSource
 
 
 def test_class_names():
@@ -56,14 +58,15 @@ def test_labels_balanced():
   assert counts.min() >= 150 and counts.max() <= 250, counts  # expect 200 +- 13
 
 
-def test_mean_std_match_hard_coded():
-  # Other seed, split and size than the measurement: the constants must hold generally.
+def test_pipeline_statistics_from_a_sample_match_all_pixels():
+  # The pipeline normalises with statistics of a subsampled set of images; they must hold for the whole split.
   x, _ = P.generate(5, "test", 0, 600, 64)
   x = x.astype(np.float64)
-  np.testing.assert_allclose(x.mean((0, 1, 2)), P.MEAN, atol=0.02)
-  np.testing.assert_allclose(x.std((0, 1, 2)), P.STD, atol=0.02)
-  assert P.MEAN.shape == P.STD.shape == (3,)
-  assert P.MEAN.dtype == P.STD.dtype == np.float32
+  mean, std, eigval, eigvec = image_statistics(ProceduralSource(5, "train", 64, 3000))
+  np.testing.assert_allclose(mean, x.mean((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(std, x.std((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace is total variance
+  np.testing.assert_allclose(eigvec.T @ eigvec, np.eye(3), atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -1,5 +1,6 @@
-"""Datasets: the built-in procedural one (no network, no download) and the pipeline that batches them."""
+"""Datasets (tfds, image folders, the built-in procedural set) and the Grain pipeline that augments and batches them."""
 
-from alexnet_jax.data.pipeline import DATASETS, Dataset, get_dataset
+from alexnet_jax.data.pipeline import Dataset, eval_batches, get_dataset, iterate, train_batches
+from alexnet_jax.data.sources import DataError
 
-__all__ = ["DATASETS", "Dataset", "get_dataset"]
+__all__ = ["DataError", "Dataset", "eval_batches", "get_dataset", "iterate", "train_batches"]

@@ -1,0 +1,167 @@
+"""Random-access sources of labelled images: a tfds dataset, an image folder, the built-in procedural set.
+
+A source has `len()` and `source[i]` → {'image': (H, W, 3) uint8 (float32 in [0, 1] for the procedural set),
+'label': int}. Grain reads sources by index from threads or worker processes, so they hold paths, not open files.
+Every source is wrapped in `SkipUnreadable`: an image that cannot be decoded is replaced by the next readable one,
+with a warning, and counted in the example's 'skipped' field (summed into the training metrics).
+"""
+
+import dataclasses
+import io
+import logging
+import os
+
+import numpy as np
+from PIL import Image
+
+from alexnet_jax.data import procedural
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+class DataError(ValueError):
+  """A dataset that cannot be read as configured; the message says what to do."""
+
+
+def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
+  """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
+  keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same crop."""
+  with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
+    if min_size:
+      image.draft("RGB", (min_size, min_size))
+    return np.asarray(image.convert("RGB"))
+
+
+def as_rgb(image: np.ndarray) -> np.ndarray:
+  """Grey (H, W) or (H, W, 1) and RGBA images as (H, W, 3)."""
+  image = np.asarray(image)
+  if image.ndim == 2:
+    image = image[..., None]
+  if image.shape[-1] == 1:
+    return np.repeat(image, 3, axis=-1)
+  return image[..., :3]
+
+
+class ImageFolder:
+  """root/<split>/<class>/<image>: classes are the sorted directory names of root/<train_split>."""
+
+  def __init__(self, root: str, split: str, classes: tuple[str, ...], min_size: int):
+    folder = os.path.join(root, split)
+    if not os.path.isdir(folder):
+      raise DataError(f"no image folder at {folder}: expected {root}/{split}/<class>/<image>.jpg "
+                      f"(set config.dataset.data_dir to the folder's root)")
+    unknown = sorted(set(_subdirs(folder)) - set(classes))
+    if unknown:
+      raise DataError(f"{folder} has classes that the training split lacks: {', '.join(unknown[:5])}")
+    self.files, self.labels = [], []
+    for label, name in enumerate(classes):
+      class_dir = os.path.join(folder, name)
+      names = sorted(os.listdir(class_dir)) if os.path.isdir(class_dir) else []
+      images = [os.path.join(class_dir, f) for f in names if f.lower().endswith(IMAGE_SUFFIXES)]
+      self.files += images
+      self.labels += [label] * len(images)
+    if not self.files:
+      raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {folder}/<class>/")
+    self.min_size = min_size
+
+  def __len__(self):
+    return len(self.files)
+
+  def __getitem__(self, i):
+    return dict(image=decode(self.files[i], self.min_size), label=self.labels[i])
+
+
+def _subdirs(folder: str) -> list[str]:
+  return sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+
+
+def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
+  folder = os.path.join(root, train_split)
+  classes = tuple(_subdirs(folder)) if os.path.isdir(folder) else ()
+  if not classes:
+    raise DataError(f"no image folder at {folder}: expected {root}/{train_split}/<class>/<image>.jpg "
+                    f"(set config.dataset.data_dir to the folder's root)")
+  return classes
+
+
+def tfds_source(name: str, data_dir: str, split: str):
+  """(random-access source, number of classes) of a tfds dataset prepared as array_record in data_dir."""
+  import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
+
+  try:
+    builder = tfds.builder(name, data_dir=data_dir or None, file_format="array_record")
+  except tfds.core.registered.DatasetNotFoundError:
+    raise DataError(f"tensorflow-datasets has no dataset {name!r} (see https://www.tensorflow.org/datasets/catalog)"
+                    ) from None
+  label = builder.info.features["label"] if "label" in builder.info.features else None
+  if label is None or not hasattr(label, "num_classes") or "image" not in builder.info.features:
+    raise DataError(f"tfds dataset {name!r} is not an image classification dataset with 'image' and 'label'")
+  try:
+    source = builder.as_data_source(split)
+    len(source)  # the source opens its files lazily: fail here, not in a worker
+  except (AssertionError, FileNotFoundError, KeyError, NotImplementedError, RuntimeError, ValueError) as e:
+    if builder.is_prepared():
+      raise DataError(f"tfds dataset {name!r} has no split {split!r} ({str(e).splitlines()[0][:200]}); "
+                      f"it has {', '.join(builder.info.splits)}") from None
+    where = data_dir or "~/tensorflow_datasets"
+    manual = " --manual_dir=<folder with the ILSVRC2012 tar files>" if name.startswith("imagenet") else ""
+    raise DataError(f"tfds dataset {name!r} is not prepared as array_record in {where}; prepare it once with: "
+                    f"make prepare ARGS='--name={name} --data_dir={where}{manual}'") from None
+  return _Tfds(source), label.num_classes
+
+
+class _Tfds:
+  """Keeps only image and label of a tfds example (ids and file names would not batch)."""
+
+  def __init__(self, source):
+    self.source = source
+
+  def __len__(self):
+    return len(self.source)
+
+  def __getitem__(self, i):
+    example = self.source[i]
+    return dict(image=as_rgb(example["image"]), label=int(example["label"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProceduralSource:
+  seed: int
+  split: str
+  size: int
+  length: int
+
+  def __len__(self):
+    return self.length
+
+  def __getitem__(self, i):
+    images, labels = procedural.generate(self.seed, self.split, i, 1, self.size)
+    return dict(image=images[0], label=int(labels[0]))
+
+
+class SkipUnreadable:
+  """source[i], or, if that image cannot be decoded, the next readable example (i+1, i+2, …, wrapping), with
+  'skipped' counting the unreadable ones passed over. The substitute depends only on i, so order stays
+  deterministic."""
+
+  def __init__(self, source):
+    self.source = source
+
+  def __len__(self):
+    return len(self.source)
+
+  def __getitem__(self, i):
+    n = len(self.source)
+    for skipped in range(n):
+      try:
+        example = self.source[(i + skipped) % n]
+      except UNREADABLE as e:
+        logging.warning("skipping unreadable image %s: %s", _where(self.source, (i + skipped) % n), e)
+        continue
+      return example | dict(skipped=skipped)
+    raise DataError(f"none of the {n} images of this split can be read")
+
+
+def _where(source, i) -> str:
+  return source.files[i] if isinstance(source, ImageFolder) else f"#{i}"

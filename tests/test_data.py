@@ -1,0 +1,163 @@
+"""The input pipeline on real loading paths: tfds (mock_data), an image folder, the procedural set; resume, sharding
+and bad data."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from alexnet_jax.config import paper_config
+from alexnet_jax.data import DataError, augment, eval_batches, get_dataset, iterate, pipeline, train_batches
+
+
+def data_config(name, **dataset):
+  c = paper_config()
+  c.image_size = 32
+  c.dataset.update(dict(name=name, resize=40, threads=2) | dataset)
+  return c
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.fixture(scope="module")
+def imagenet():
+  # Mock ImageNet images come in random sizes (e.g. 17×47): everything is resized, then cropped.
+  with tfds.testing.mock_data(num_examples=24):
+    return get_dataset(data_config("imagenet2012", data_dir="/nonexistent"))
+
+
+def test_imagenet2012_through_tfds_data_source(imagenet):
+  assert (imagenet.num_classes, imagenet.num_train, imagenet.num_eval) == (1000, 24, 24)
+  np.testing.assert_array_equal(imagenet.eigval, augment.IMAGENET_EIGVAL)
+  np.testing.assert_array_equal(imagenet.mean, pipeline.IMAGENET_MEAN)
+  batch = train_batches(imagenet, 8)[0]
+  assert batch["image"].shape == (8, 32, 32, 3) and batch["image"].dtype == np.float32
+  assert batch["label"].dtype == np.int32 and ((0 <= batch["label"]) & (batch["label"] < 1000)).all()
+  assert np.abs(batch["image"].mean()) < 0.5 < batch["image"].std() < 2  # roughly normalised
+  batches = list(eval_batches(imagenet, 10))
+  assert [b["mask"].sum() for b in batches] == [10, 10, 4]
+  assert batches[-1]["image"].shape == (10, 32, 32, 3)
+  ten = next(eval_batches(imagenet, 4, crops=10))
+  assert ten["image"].shape == (4, 10, 32, 32, 3)
+  np.testing.assert_array_equal(ten["image"][:, 4], batches[0]["image"][:4])  # crop 4 is the centre crop
+
+
+def test_cifar10_statistics_come_from_the_data():
+  with tfds.testing.mock_data(num_examples=40):
+    cifar = get_dataset(data_config("cifar10", eval_split="test"))
+    assert cifar.num_classes == 10
+    # Mock pixels are uniform on 0..255: mean ½, std ≈ 0.29, equal PCA eigenvalues ≈ 1/12 each.
+    np.testing.assert_allclose(cifar.mean, 0.5, atol=0.02)
+    np.testing.assert_allclose(cifar.std, 0.289, atol=0.02)
+    np.testing.assert_allclose(cifar.eigval, 1 / 12, rtol=0.15)
+    assert train_batches(cifar, 5)[3]["image"].shape == (5, 32, 32, 3)
+
+
+def test_unprepared_or_unknown_tfds_dataset_says_what_to_do(tmp_path):
+  with pytest.raises(DataError, match=r"not prepared as array_record in .*make prepare ARGS=.--name=cifar10"):
+    get_dataset(data_config("cifar10", data_dir=str(tmp_path)))
+  with pytest.raises(DataError, match="has no dataset 'imagenet9'"):
+    get_dataset(data_config("imagenet9", data_dir=str(tmp_path)))
+  with tfds.testing.mock_data(num_examples=4), pytest.raises(DataError, match="num_classes=10 but 'imagenet2012' has 1000"):
+    get_dataset(data_config("imagenet2012", num_classes=10))
+
+
+def write_image(path, rng, size, mode="RGB"):
+  pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+  Image.fromarray(pixels).convert(mode).save(path)
+
+
+@pytest.fixture
+def folder(tmp_path):
+  """root/{train,val}/{cat,dog}/ with JPEGs and PNGs of mixed sizes and modes, and one corrupt file."""
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 5), ("val", 2)):
+    for name in ("cat", "dog"):
+      os.makedirs(tmp_path / split / name)
+      for i in range(n):
+        mode, suffix = ("L", "png") if i == 1 else ("RGB", "jpg")
+        write_image(tmp_path / split / name / f"{i}.{suffix}", rng, (40 + 7 * i, 60 - 3 * i), mode)
+  (tmp_path / "train" / "dog" / "9_broken.jpg").write_bytes(b"not a jpeg")
+  (tmp_path / "train" / "dog" / "notes.txt").write_text("not an image")
+  return tmp_path
+
+
+def test_image_folder_skips_and_counts_an_unreadable_image(folder, caplog):
+  data = get_dataset(data_config("folder", data_dir=str(folder), eval_split="val", threads=1))
+  assert (data.num_classes, data.num_train, data.num_eval) == (2, 11, 4)
+  broken = data.train.source.files.index(str(folder / "train" / "dog" / "9_broken.jpg"))
+  with caplog.at_level(logging.WARNING):
+    example = data.train[broken]
+  assert example["skipped"] == 1 and "skipping unreadable image" in caplog.text and "9_broken.jpg" in caplog.text
+  np.testing.assert_array_equal(example["image"], data.train[(broken + 1) % 11]["image"])
+  # Over one epoch of batches, the broken file is passed over exactly once.
+  batches = take(iterate(train_batches(data, 11), 0, 2, 0), 1)
+  assert batches[0]["skipped"].sum() == 1
+  # The broken file is the last of the split: its substitute wraps around to the first, a cat.
+  assert sorted(batches[0]["label"]) == [0] * 6 + [1] * 5
+  assert [b["label"].tolist() for b in eval_batches(data, 4)] == [[0, 0, 1, 1]]
+
+
+def test_image_folder_errors(folder, tmp_path_factory):
+  with pytest.raises(DataError, match=r"no image folder at .*nowhere/train: expected"):
+    get_dataset(data_config("folder", data_dir=str(folder / "nowhere")))
+  with pytest.raises(DataError, match="no image folder at .*validation"):
+    get_dataset(data_config("folder", data_dir=str(folder)))  # the default eval split is 'validation'
+  os.makedirs(folder / "val" / "horse")
+  with pytest.raises(DataError, match="classes that the training split lacks: horse"):
+    get_dataset(data_config("folder", data_dir=str(folder), eval_split="val"))
+
+
+@pytest.fixture(scope="module")
+def small():
+  config = data_config("procedural", num_train_examples=10, num_eval_examples=6)
+  return get_dataset(config)
+
+
+def test_every_epoch_is_a_new_permutation_with_new_augmentation(imagenet):
+  batches = train_batches(imagenet, 24)
+  labels = [batches[e]["label"] for e in range(3)]
+  source_labels = sorted(imagenet.train[i]["label"] for i in range(24))
+  for epoch in labels:
+    assert sorted(epoch) == source_labels
+  assert not np.array_equal(labels[0], labels[1])
+  first, again = batches[0]["image"], batches[0]["image"]
+  np.testing.assert_array_equal(first, again)  # a pure function of the step
+
+
+def test_resumed_iterator_continues_where_the_checkpoint_left(small):
+  batches = train_batches(small, 4)
+  whole = take(iterate(batches, 0, 2, 0), 7)
+  assert_batches_equal(take(iterate(batches, 3, 1, 0), 4), whole[3:])  # another thread count changes nothing
+
+
+def test_worker_processes_give_the_same_batches(small):
+  batches = train_batches(small, 4)
+  iterator = iterate(batches, 2, 1, 1)
+  try:
+    assert_batches_equal(take(iterator, 3), [batches[i] for i in (2, 3, 4)])
+  finally:
+    iterator.close()
+
+
+def test_processes_read_consecutive_slices_of_each_global_batch(small):
+  whole = train_batches(small, 6)
+  parts = [train_batches(small, 6, p, 3) for p in range(3)]
+  for step in (0, 1, 5):
+    for key in ("image", "label"):
+      np.testing.assert_array_equal(np.concatenate([p[step][key] for p in parts]), whole[step][key])
+  with pytest.raises(ValueError, match="not divisible"):
+    train_batches(small, 6, 0, 4)
