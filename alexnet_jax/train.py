@@ -5,6 +5,7 @@ rerun of the same command resumes from.
 
 import functools
 import math
+import os
 import time
 from typing import Any
 
@@ -138,7 +139,7 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup):
   n, crops = images.shape[:2]
   logits = logits_fn(setup)(state.params, images.reshape(n * crops, *images.shape[2:]), jax.random.key(0), False)
   probs = jax.nn.softmax(logits.astype(jnp.float32)).reshape(n, crops, -1).mean(1)
-  return metrics_of(jnp.log(probs), batch["label"], batch["mask"])
+  return metrics_of(jnp.log(probs + 1e-30), batch["label"], batch["mask"])  # finite loss where a mean is 0
 
 
 def summarise(sums: dict) -> dict:
@@ -153,7 +154,21 @@ def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
     batch.pop("skipped")
     m = p_eval_step(state, put_batch(mesh, batch))
     total = m if total is None else jax.tree.map(jnp.add, total, m)
-  return summarise(jax.device_get(total))
+  total = jax.device_get(total)
+  return summarise(total) | dict(count=int(total["count"]))
+
+
+def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
+  """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
+  config = validate(config)
+  dataset = get_dataset(config)
+  setup = make_setup(config, dataset.num_classes, dataset.num_train)
+  manager = checkpoints.manager(workdir, config)
+  if manager.latest_step() is None:
+    raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
+  state, _ = checkpoints.restore(manager, create_train_state(setup, config, jax.random.key(config.seed)))
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup))
+  return int(state.step), {c: evaluate(state, dataset, config, p_eval_step, setup.mesh, c) for c in crops}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:

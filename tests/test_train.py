@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alexnet_jax import checkpoints, train
 from alexnet_jax.config import paper_config, validate
-from alexnet_jax.data import get_dataset, train_batches
+from alexnet_jax.data import DataError, get_dataset, train_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,11 +116,49 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path):
   assert steps == sorted(steps)  # nothing logged twice
 
 
-def test_checkpoint_of_another_network_is_refused(tmp_path):
+def test_checkpoint_of_another_network_or_input_order_is_refused(tmp_path):
   config = demo_config(batch_size=8, num_epochs=0.05)
   train.train_and_evaluate(config, str(tmp_path))
   with pytest.raises(ValueError, match="does not fit this configuration"):
     train.train_and_evaluate(demo_config(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
+  # Same network, but batch i would now hold other examples: resuming would repeat and skip data.
+  with pytest.raises(DataError, match="input position does not fit this run .batch_size 8 → 16"):
+    train.train_and_evaluate(demo_config(batch_size=16, num_epochs=0.1), str(tmp_path))
+
+
+def test_metrics_count_top1_and_top5_hits_on_known_logits():
+  logits = np.array([[9, 8, 7, 6, 5, 4, 0], [0, 1, 2, 3, 4, 5, 6], [1, 1, 1, 1, 1, 1, 9]], np.float32)
+  labels = np.array([0, 1, 2])  # ranks 1, 6 and 4 (top_k breaks ties by index: 6, 0, 1, 2, 3)
+  m = jax.device_get(train.metrics_of(logits, labels, np.array([True, True, True])))
+  assert (m["top1"], m["top5"], m["count"]) == (1, 2, 3)
+  m = jax.device_get(train.metrics_of(logits, labels, np.array([True, False, False])))
+  assert (m["top1"], m["top5"], m["count"]) == (1, 1, 1)
+  np.testing.assert_allclose(m["loss"], -jax.nn.log_softmax(logits[0])[0], rtol=1e-6)
+
+
+def test_ten_crop_evaluation_averages_the_crops_softmax():
+  config = demo_config(batch_size=8)
+  setup = train.make_setup(config, 10, 4800)
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(4, 10, 96, 96, 3)).astype(np.float32)
+  batch = dict(image=images, label=np.array([0, 1, 2, 3], np.int32), mask=np.array([True] * 3 + [False]))
+  m = jax.jit(functools.partial(train.eval_step, setup=setup))(state, train.put_batch(setup.mesh, batch))
+  logits = train.logits_fn(setup)(state.params, images.reshape(40, 96, 96, 3), jax.random.key(0), False)
+  probs = np.asarray(jax.nn.softmax(logits)).reshape(4, 10, 10).mean(1)[:3]
+  expected_top1 = (probs.argmax(-1) == [0, 1, 2]).sum()
+  assert int(m["count"]) == 3 and int(m["top1"]) == expected_top1
+  np.testing.assert_allclose(float(m["loss"]), -np.log(probs[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
+
+
+def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
+  workdir, metrics = demo_run
+  step, results = train.evaluate_checkpoint(demo_config(), workdir, (1, 10))
+  assert step == 150 and set(results) == {1, 10}
+  assert results[1] == pytest.approx(metrics | dict(count=500))  # the centre crop is the training run's eval
+  # Mirroring turns the procedural gratings' orientation (36° ↔ 144°), a change of class: here 10 crops can only
+  # differ, not help, unlike on photographs.
+  assert results[10]["count"] == 500 and results[10]["loss"] != pytest.approx(results[1]["loss"])
 
 
 def test_bad_config_and_input_get_one_clear_error():

@@ -26,11 +26,11 @@ def pca_basis(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return eigval[order].astype(np.float32), eigvec[:, order].astype(np.float32)
 
 
-def pca_noise(image: np.ndarray, rng: np.random.Generator, eigval=IMAGENET_EIGVAL, eigvec=IMAGENET_EIGVEC,
+def pca_shift(rng: np.random.Generator, eigval=IMAGENET_EIGVAL, eigvec=IMAGENET_EIGVEC,
               sigma: float = 0.1) -> np.ndarray:
-  """image (H, W, 3) float in [0, 1] plus one colour shift drawn for the whole image."""
+  """The (3,) colour shift, in [0, 1] units, that one image gets on every pixel."""
   alpha = rng.normal(0.0, sigma, 3).astype(np.float32)
-  return image + eigvec @ (alpha * eigval)
+  return eigvec @ (alpha * eigval)
 
 
 def resize_shorter(image: np.ndarray, size: int = 256) -> np.ndarray:

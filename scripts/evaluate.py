@@ -1,0 +1,45 @@
+"""Top-1 and top-5 error of a workdir's newest checkpoint, as the paper tests: on centre crops and on 10 crops
+(four corners and centre, and their mirrors, averaging the softmax):
+
+  python scripts/evaluate.py --config configs/alexnet_2gpu.py --workdir runs/alexnet_2gpu [--config.key=value …]
+
+Prints a table and writes eval_<step>.json into the workdir.
+"""
+
+import json
+import os
+import sys
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+config_flags.DEFINE_config_file("config", None, "the configs/*.py file the workdir was trained with", lock_config=True)
+flags.DEFINE_string("workdir", None, "the training run's workdir (its checkpoints/ are read)")
+flags.DEFINE_list("crops", ["1", "10"], "1: centre crop; 10: the paper's 10 crops")
+
+
+def main(argv):
+  del argv
+  config = flags.FLAGS.config
+  logging.set_verbosity(logging.WARNING)
+  if config.cpu_devices:
+    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  from alexnet_jax.train import evaluate_checkpoint  # noqa: PLC0415
+
+  try:
+    step, results = evaluate_checkpoint(config, flags.FLAGS.workdir, [int(c) for c in flags.FLAGS.crops])
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  path = os.path.join(flags.FLAGS.workdir, f"eval_{step}.json")
+  with open(path, "w") as f:
+    json.dump(dict(step=step, config=config.dataset.name, results=results), f, indent=1)
+  print(f"{'crops':>5} {'images':>8} {'top-1 error':>12} {'top-5 error':>12} {'loss':>8}   (step {step})")
+  for crops, r in results.items():
+    print(f"{crops:>5} {r['count']:>8,} {1 - r['top1']:>12.4f} {1 - r['top5']:>12.4f} {r['loss']:>8.4f}")
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)
