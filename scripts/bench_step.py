@@ -17,7 +17,6 @@ import statistics
 import time
 
 import jax
-import numpy as np
 
 
 def load_config(path, overrides):
@@ -38,10 +37,7 @@ def bench(config, steps):
   classes = config.dataset.num_classes or 1000
   setup = train.make_setup(config, classes, config.dataset.num_train_examples or 1_281_167)
   state = train.create_train_state(setup, config, jax.random.key(0))
-  rng = np.random.default_rng(0)
-  s, b = config.image_size, config.batch_size
-  batch = train.put_batch(setup.mesh, dict(image=rng.normal(size=(b, s, s, 3)).astype(np.float32),
-                                           label=rng.integers(0, classes, b).astype(np.int32)))
+  batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes))
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
   compiled = step.lower(state, batch, jax.random.key(1)).compile()
   names = [layer.name for layer in setup.layers]

@@ -85,9 +85,7 @@ def check_model(key):
     config.mesh.model = min(2, jax.device_count())
     setup = train.make_setup(config, 1000, 1_281_167)
     state = train.create_train_state(setup, config, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    batch = train.put_batch(setup.mesh, dict(image=rng.normal(size=(128, 224, 224, 3)).astype(np.float32),
-                                             label=rng.integers(0, 1000, 128).astype(np.int32)))
+    batch = train.put_batch(setup.mesh, train.random_batch(128, 224, 1000))
     step = jax.jit(functools.partial(train.train_step, setup=setup))
     new, m = step(state, batch, key)
     delta = jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), new.params,

@@ -3,6 +3,8 @@ and bad data."""
 
 import logging
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -44,9 +46,9 @@ def test_imagenet2012_through_tfds_data_source(imagenet):
   np.testing.assert_array_equal(imagenet.eigval, augment.IMAGENET_EIGVAL)
   np.testing.assert_array_equal(imagenet.mean, pipeline.IMAGENET_MEAN)
   batch = train_batches(imagenet, 8)[0]
-  assert batch["image"].shape == (8, 32, 32, 3) and batch["image"].dtype == np.float32
+  assert batch["image"].shape == (8, 32, 32, 3) and batch["image"].dtype == np.uint8
   assert batch["label"].dtype == np.int32 and ((0 <= batch["label"]) & (batch["label"] < 1000)).all()
-  assert np.abs(batch["image"].mean()) < 0.5 < batch["image"].std() < 2  # roughly normalised
+  assert batch["shift"].shape == (8, 3) and 0 < np.abs(batch["shift"]).max() < 0.2  # σ 0.1 × λ ≤ 0.22
   batches = list(eval_batches(imagenet, 10))
   assert [b["mask"].sum() for b in batches] == [10, 10, 4]
   assert batches[-1]["image"].shape == (10, 32, 32, 3)
@@ -161,3 +163,18 @@ def test_processes_read_consecutive_slices_of_each_global_batch(small):
       np.testing.assert_array_equal(np.concatenate([p[step][key] for p in parts]), whole[step][key])
   with pytest.raises(ValueError, match="not divisible"):
     train_batches(small, 6, 0, 4)
+
+
+def test_prepare_copies_a_folder_at_the_papers_256_pixel_size(folder, tmp_path_factory):
+  out = tmp_path_factory.mktemp("resized")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}",
+                        f"--out_dir={out}", "--resize=48"], cwd=root, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr
+  assert "wrote 14 images" in run.stdout and "(1 unreadable left out)" in run.stdout
+  assert "9_broken.jpg" in run.stderr
+  resized = get_dataset(data_config("folder", data_dir=str(out), eval_split="val", resize=48))
+  assert (resized.num_classes, resized.num_train, resized.num_eval) == (2, 10, 4)
+  image = resized.train.source[0]["image"]
+  assert min(image.shape[:2]) == 48 and image.shape[2] == 3
+  assert resized.train[0]["skipped"] == 0

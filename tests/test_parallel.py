@@ -64,7 +64,7 @@ def compiled_train_step(config):
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, config, jax.random.key(0))
   s = config.image_size
-  batch = train.put_batch(setup.mesh, dict(image=np.zeros((B, s, s, 3), np.float32), label=np.zeros(B, np.int32)))
+  batch = train.put_batch(setup.mesh, train.random_batch(B, s, 10))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return setup, step.lower(state, batch, jax.random.key(0)).compile().as_text()
 

@@ -34,8 +34,11 @@ def pca_shift(rng: np.random.Generator, eigval=IMAGENET_EIGVAL, eigvec=IMAGENET_
 
 
 def resize_shorter(image: np.ndarray, size: int = 256) -> np.ndarray:
-  """Scales (H, W, 3) uint8 so that its shorter side is `size`, keeping the aspect ratio."""
+  """Scales (H, W, 3) uint8 so that its shorter side is `size`, keeping the aspect ratio (a no-op for images stored
+  at that size, as `make prepare` writes them)."""
   h, w = image.shape[:2]
+  if min(h, w) == size:
+    return image
   scale = size / min(h, w)
   shape = (max(size, round(w * scale)), max(size, round(h * scale)))
   return np.asarray(Image.fromarray(image).resize(shape, Image.BILINEAR))

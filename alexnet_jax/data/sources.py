@@ -1,11 +1,11 @@
 """Random-access sources of labelled images: a tfds dataset, an image folder, the built-in procedural set.
 
-A source has `len()` and `source[i]` → {'image': (H, W, 3) uint8 (float32 in [0, 1] for the procedural set),
-'label': int}. Grain reads sources by index from threads or worker processes, so they hold paths, not open files.
+A source has `len()` and `source[i]` → {'image': (H, W, 3) uint8, 'label': int}. Grain reads sources by index from threads or worker processes, so they hold paths, not open files.
 Every source is wrapped in `SkipUnreadable`: an image that cannot be decoded is replaced by the next readable one,
 with a warning, and counted in the example's 'skipped' field (summed into the training metrics).
 """
 
+import concurrent.futures
 import dataclasses
 import io
 import logging
@@ -14,7 +14,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from alexnet_jax.data import procedural
+from alexnet_jax.data import augment, procedural
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -137,7 +137,7 @@ class ProceduralSource:
 
   def __getitem__(self, i):
     images, labels = procedural.generate(self.seed, self.split, i, 1, self.size)
-    return dict(image=images[0], label=int(labels[0]))
+    return dict(image=np.round(images[0] * 255).astype(np.uint8), label=int(labels[0]))
 
 
 class SkipUnreadable:
@@ -165,3 +165,33 @@ class SkipUnreadable:
 
 def _where(source, i) -> str:
   return source.files[i] if isinstance(source, ImageFolder) else f"#{i}"
+
+
+def resize_file(src: str, dst: str, size: int) -> str | None:
+  """Writes src resized to shorter side `size` as a JPEG at dst; the error, if src cannot be read."""
+  try:
+    image = augment.resize_shorter(decode(src, size), size)
+  except UNREADABLE as e:
+    return f"{src}: {e}"
+  os.makedirs(os.path.dirname(dst), exist_ok=True)
+  Image.fromarray(image).save(dst, quality=95)
+  return None
+
+
+def resize_folder(root: str, out: str, size: int, workers: int | None = None) -> tuple[int, list[str]]:
+  """(images written, errors) for a copy of root/<split>/<class>/* in out with shorter sides `size`."""
+  if not os.path.isdir(root):
+    raise DataError(f"no image folder at {root}")
+  if os.path.abspath(root) == os.path.abspath(out):
+    raise DataError("the resized copy must go to another folder: the originals are kept")
+  jobs = []
+  for dirpath, _, files in os.walk(root):
+    for f in sorted(files):
+      if f.lower().endswith(IMAGE_SUFFIXES):
+        rel = os.path.relpath(os.path.join(dirpath, f), root)
+        jobs.append((os.path.join(root, rel), os.path.join(out, os.path.splitext(rel)[0] + ".jpg")))
+  if not jobs:
+    raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {root}")
+  with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+    errors = [e for e in pool.map(resize_file, *zip(*jobs), [size] * len(jobs), chunksize=64) if e]
+  return len(jobs) - len(errors), errors
