@@ -29,7 +29,9 @@ def paper_config() -> ml_collections.ConfigDict:
       num_train_examples=0, num_eval_examples=0,
       resize=256,  # shorter side before the random image_size crop (227 crops as in Caffe: image_size=227)
       pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
-      threads=16, workers=0))  # batches built ahead by threads in this process, plus worker processes
+      # Batches are built ahead by `threads` threads in each of `workers` worker processes (0: in this process;
+      # -1: none on CPU, where XLA needs the cores, else one per 4 cores: threads alone stall on the GIL).
+      threads=16, workers=-1))
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
   c.batch_size = 128
   c.eval_batch_size = 128
@@ -71,7 +73,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
-  for key in ("num_classes", "num_train_examples", "num_eval_examples", "workers", "pca_sigma"):
+  if config.dataset.workers < -1:
+    raise ValueError(f"config.dataset.workers must be ≥ -1 (-1: automatic), got {config.dataset.workers!r}")
+  for key in ("num_classes", "num_train_examples", "num_eval_examples", "pca_sigma"):
     if config.dataset[key] < 0:
       raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
   if config.dataset.threads < 1:

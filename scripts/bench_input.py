@@ -62,16 +62,17 @@ def stage_times(dataset, n: int = 64) -> dict:
   return {k: 1e3 * v / len(files) for k, v in t.items()}
 
 
-def pipeline_rate(dataset, batch_size: int, batches: int, threads: int, workers: int) -> float:
-  """Steady-state images/s: the batches that every thread of every process computed while the first was awaited
-  arrive at once and are not timed."""
+def pipeline_rate(dataset, batch_size: int, batches: int, threads: int, workers: int, seconds: float = 3.0) -> float:
+  """Steady-state images/s over at least `batches` batches and `seconds`: the batches that every thread of every
+  process computed while the first was awaited arrive at once and are not timed."""
   iterator = iterate(train_batches(dataset, batch_size), 0, threads, workers)
   for _ in range(threads * max(1, workers) + 1):
     next(iterator)
-  start = time.perf_counter()
-  for _ in range(batches):
+  start, done = time.perf_counter(), 0
+  while done < batches or time.perf_counter() - start < seconds:
     next(iterator)
-  rate = batches * batch_size / (time.perf_counter() - start)
+    done += 1
+  rate = done * batch_size / (time.perf_counter() - start)
   getattr(iterator, "close", lambda: None)()
   return rate
 

@@ -60,6 +60,7 @@ def bench(config, steps):
   stats = [d.memory_stats() or {} for d in setup.mesh.devices.flat]
   peak = max((st.get("peak_bytes_in_use", 0) for st in stats), default=0)
   ms = statistics.median(times) * 1e3
+  s, b = config.image_size, config.batch_size
   return dict(mesh=dict(setup.mesh.shape), dtype=config.dtype, batch=b, image_size=s, width=config.width,
               step_ms=ms, images_per_s=b / ms * 1e3, loss=loss, peak_gib_per_device=peak / 2**30,
               collective_bytes=traffic, collective_hlo=lines, device=str(setup.mesh.devices.flat[0].device_kind))
