@@ -178,8 +178,8 @@ def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
   return summarise(total) | dict(count=int(total["count"]))
 
 
-def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
-  """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
+def restore_newest(config, workdir: str):
+  """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
   config = validate(config)
   dataset = get_dataset(config)
   setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.mean, dataset.std)
@@ -187,6 +187,12 @@ def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
   state, _ = checkpoints.restore(manager, create_train_state(setup, config, jax.random.key(config.seed)))
+  return setup, dataset, state
+
+
+def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
+  """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
+  setup, dataset, state = restore_newest(config, workdir)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup))
   return int(state.step), {c: evaluate(state, dataset, config, p_eval_step, setup.mesh, c) for c in crops}
 

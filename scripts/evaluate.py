@@ -10,9 +10,10 @@ import json
 import os
 import sys
 
-import jax
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from alexnet_jax.config import start
 
 config_flags.DEFINE_config_file("config", None, "the configs/*.py file the workdir was trained with", lock_config=True)
 flags.DEFINE_string("workdir", None, "the training run's workdir (its checkpoints/ are read)")
@@ -21,10 +22,7 @@ flags.DEFINE_list("crops", ["1", "10"], "1: centre crop; 10: the paper's 10 crop
 
 def main(argv):
   del argv
-  config = flags.FLAGS.config
-  logging.set_verbosity(logging.WARNING)
-  if config.cpu_devices:
-    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  config = start(flags.FLAGS.config)
   from alexnet_jax.train import evaluate_checkpoint  # noqa: PLC0415
 
   try:

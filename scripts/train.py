@@ -3,9 +3,10 @@
 import os
 import sys
 
-import jax
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from alexnet_jax.config import start
 
 config_flags.DEFINE_config_file("config", None, "a configs/*.py file", lock_config=True)
 flags.DEFINE_string("workdir", None, "checkpoints, TensorBoard files and metrics.jsonl (default: runs/<config>)")
@@ -13,10 +14,7 @@ flags.DEFINE_string("workdir", None, "checkpoints, TensorBoard files and metrics
 
 def main(argv):
   del argv
-  config = flags.FLAGS.config
-  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; the progress bar says enough
-  if config.cpu_devices:  # must precede the first use of a JAX backend
-    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  config = start(flags.FLAGS.config)
   from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
 
   config_file = config_flags.get_config_filename(flags.FLAGS["config"])

@@ -6,9 +6,10 @@ colour specialisation), from the newest checkpoint and metrics.jsonl in DIR. tra
 
 import sys
 
-import jax
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from alexnet_jax.config import start
 
 config_flags.DEFINE_config_file("config", None, "the configs/*.py file the run was trained with", lock_config=True)
 flags.DEFINE_string("workdir", None, "the run's workdir")
@@ -16,22 +17,11 @@ flags.DEFINE_string("workdir", None, "the run's workdir")
 
 def main(argv):
   del argv
-  config = flags.FLAGS.config
-  logging.set_verbosity(logging.WARNING)
-  if config.cpu_devices:
-    jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-  from alexnet_jax import checkpoints, train  # noqa: PLC0415
-  from alexnet_jax.config import validate  # noqa: PLC0415
-  from alexnet_jax.data import get_dataset  # noqa: PLC0415
+  config = start(flags.FLAGS.config)
+  from alexnet_jax import train  # noqa: PLC0415
 
   try:
-    config = validate(config)
-    dataset = get_dataset(config)
-    setup = train.make_setup(config, dataset.num_classes, dataset.num_train)
-    manager = checkpoints.manager(flags.FLAGS.workdir, config)
-    if manager.latest_step() is None:
-      raise ValueError(f"no checkpoint in {flags.FLAGS.workdir}")
-    state, _ = checkpoints.restore(manager, train.create_train_state(setup, config, jax.random.key(config.seed)))
+    setup, _, state = train.restore_newest(config, flags.FLAGS.workdir)
     colour = train.write_pictures(flags.FLAGS.workdir, setup, state)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f"error: {e}")
