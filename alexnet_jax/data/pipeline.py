@@ -137,8 +137,8 @@ def _splits(config):
     classes = sources.folder_classes(d.data_dir, d.train_split)
     return (sources.ImageFolder(d.data_dir, d.train_split, classes, d.resize),
             sources.ImageFolder(d.data_dir, d.eval_split, classes, d.resize), len(classes))
-  train, num_classes = sources.tfds_source(d.name, d.data_dir, d.train_split)
-  return train, sources.tfds_source(d.name, d.data_dir, d.eval_split)[0], num_classes
+  (train, test), num_classes = sources.tfds_sources(d.name, d.data_dir, (d.train_split, d.eval_split))
+  return train, test, num_classes
 
 
 def get_dataset(config) -> Dataset:

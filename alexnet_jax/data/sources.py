@@ -43,14 +43,18 @@ def as_rgb(image: np.ndarray) -> np.ndarray:
   return image[..., :3]
 
 
+def _no_folder(root: str, split: str) -> DataError:
+  return DataError(f"no image folder at {os.path.join(root, split)}: expected {root}/{split}/<class>/<image>.jpg "
+                   f"(set config.dataset.data_dir to the folder's root)")
+
+
 class ImageFolder:
   """root/<split>/<class>/<image>: classes are the sorted directory names of root/<train_split>."""
 
   def __init__(self, root: str, split: str, classes: tuple[str, ...], min_size: int):
     folder = os.path.join(root, split)
     if not os.path.isdir(folder):
-      raise DataError(f"no image folder at {folder}: expected {root}/{split}/<class>/<image>.jpg "
-                      f"(set config.dataset.data_dir to the folder's root)")
+      raise _no_folder(root, split)
     unknown = sorted(set(_subdirs(folder)) - set(classes))
     if unknown:
       raise DataError(f"{folder} has classes that the training split lacks: {', '.join(unknown[:5])}")
@@ -69,7 +73,11 @@ class ImageFolder:
     return len(self.files)
 
   def __getitem__(self, i):
-    return dict(image=decode(self.files[i], self.min_size), label=self.labels[i])
+    try:
+      image = decode(self.files[i], self.min_size)
+    except UNREADABLE as e:  # name the file: SkipUnreadable's warning sees only the index
+      raise OSError(f"{self.files[i]}: {e}") from e
+    return dict(image=image, label=self.labels[i])
 
 
 def _subdirs(folder: str) -> list[str]:
@@ -80,13 +88,13 @@ def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
   folder = os.path.join(root, train_split)
   classes = tuple(_subdirs(folder)) if os.path.isdir(folder) else ()
   if not classes:
-    raise DataError(f"no image folder at {folder}: expected {root}/{train_split}/<class>/<image>.jpg "
-                    f"(set config.dataset.data_dir to the folder's root)")
+    raise _no_folder(root, train_split)
   return classes
 
 
-def tfds_source(name: str, data_dir: str, split: str):
-  """(random-access source, number of classes) of a tfds dataset prepared as array_record in data_dir."""
+def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...]) -> tuple[list, int]:
+  """([random-access source per split], number of classes) of a tfds dataset prepared as array_record in
+  data_dir."""
   import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
 
   try:
@@ -97,6 +105,10 @@ def tfds_source(name: str, data_dir: str, split: str):
   label = builder.info.features["label"] if "label" in builder.info.features else None
   if label is None or not hasattr(label, "num_classes") or "image" not in builder.info.features:
     raise DataError(f"tfds dataset {name!r} is not an image classification dataset with 'image' and 'label'")
+  return [_Tfds(_data_source(builder, name, data_dir, split)) for split in splits], label.num_classes
+
+
+def _data_source(builder, name: str, data_dir: str, split: str):
   try:
     source = builder.as_data_source(split)
     len(source)  # the source opens its files lazily: fail here, not in a worker
@@ -108,7 +120,7 @@ def tfds_source(name: str, data_dir: str, split: str):
     manual = " --manual_dir=<folder with the ILSVRC2012 tar files>" if name.startswith("imagenet") else ""
     raise DataError(f"tfds dataset {name!r} is not prepared as array_record in {where}; prepare it once with: "
                     f"make prepare ARGS='--name={name} --data_dir={where}{manual}'") from None
-  return _Tfds(source), label.num_classes
+  return source
 
 
 class _Tfds:
@@ -157,14 +169,10 @@ class SkipUnreadable:
       try:
         example = self.source[(i + skipped) % n]
       except UNREADABLE as e:
-        logging.warning("skipping unreadable image %s: %s", _where(self.source, (i + skipped) % n), e)
+        logging.warning("skipping unreadable image #%d: %s", (i + skipped) % n, e)
         continue
       return example | dict(skipped=skipped)
     raise DataError(f"none of the {n} images of this split can be read")
-
-
-def _where(source, i) -> str:
-  return source.files[i] if isinstance(source, ImageFolder) else f"#{i}"
 
 
 def resize_file(src: str, dst: str, size: int) -> str | None:
