@@ -1,6 +1,6 @@
 """The ops as primitives around their Triton kernels: the real kernels under the interpreter ('interpret') and the
-per-platform lowering ('auto' on CPU lowers to the XLA reference) against 'xla', through jit, grad, vmap and
-shard_map with check_vma on two CPU devices."""
+per-platform choice ('auto': the kernel on CUDA, the XLA reference elsewhere) against 'xla', through jit, grad,
+vmap, shard_map with check_vma on two CPU devices, and jax.export for CPU and TPU."""
 
 import functools
 
@@ -89,6 +89,48 @@ def test_primitives_inside_shard_map_with_check_vma(backend):
     want = jax.value_and_grad(net("xla"), (0, 1))(x, w)
     got = jax.jit(jax.value_and_grad(net(backend), (0, 1)))(x, w)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), got, want)
+
+
+def test_auto_stages_the_kernel_for_cuda_and_the_reference_elsewhere():
+  # One traced program for every platform: the CUDA branch holds the kernels (forward and, in the gradient, the
+  # backward kernels), the default branch none.
+  make, args = OPS["conv_grouped_relu"]
+  jaxpr = jax.make_jaxpr(jax.grad(functools.partial(loss, make("auto")), (0, 1)))(*args)
+  conds = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
+  assert conds, jaxpr
+
+  def kernels(closed):
+    return {e.primitive.name for e in closed.jaxpr.eqns if e.primitive.name.startswith("chwn_")}
+
+  staged = [[kernels(branch) for branch in e.params["branches"]] for e in conds]
+  assert any({"chwn_conv_fwd"} in branches and set() in branches for branches in staged), staged
+  assert any({"chwn_conv_dgrad", "chwn_conv_wgrad"} in branches and set() in branches for branches in staged), staged
+
+
+def test_export_for_cpu_and_tpu_lowers_on_a_cpu_host():
+  # The CUDA branches are left out of a CPU+TPU artifact: no Triton kernel and no host callback in it, and the
+  # artifact run on this CPU gives the live values and gradients.
+  def f(x, w):
+    y = ops.lrn(ops.max_pool(ops.conv2d(x, w, padding=1, relu=True)), groups=2)
+    return (y ** 2).sum()
+
+  x, w = rand(4, 9, 9, 6), rand(4, 3, 3, 4, scale=0.3)
+  step = jax.jit(jax.value_and_grad(f, (0, 1)))
+  exported = jax.export.export(step, platforms=["cpu", "tpu"])(x, w)
+  text = exported.mlir_module()
+  assert "triton" not in text and "callback" not in text
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), exported.call(x, w), step(x, w))
+
+
+def test_eager_calls_reuse_one_compiled_program():
+  from alexnet_jax.ops.kernel import KernelPrimitive  # noqa: PLC0415
+
+  x = jnp.maximum(rand(2, 7, 7, 3), 0)
+  ops.max_pool(x, backend="interpret")
+  before = KernelPrimitive._eager.cache_info()
+  ops.max_pool(x, backend="interpret")
+  after = KernelPrimitive._eager.cache_info()
+  assert (after.hits, after.misses) == (before.hits + 1, before.misses)
 
 
 def test_triton_backend_without_a_gpu_says_so():

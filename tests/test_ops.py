@@ -1,4 +1,5 @@
-"""Each op's XLA path against a float64 numpy reference written from the definitions, in CHWN."""
+"""Each op as a CPU runs it (the default backend 'auto' lowers to the XLA reference there) against a float64 numpy
+reference written from the definitions, in CHWN."""
 
 import jax
 import jax.numpy as jnp

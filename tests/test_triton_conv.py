@@ -97,7 +97,7 @@ def operands(shape, dtype, seed=0):
 def run_fwd(x, w, b, stride, padding, groups, relu=False, has_bias=True):
   launch = conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias, str(x.dtype))
   y, buf = poisoned((w.shape[3], *geometry(x, w, stride, padding), x.shape[3]), x.dtype)
-  run(conv.conv_fwd_kernel, launch, x, w, b, y)
+  run(launch, x, w, b, y)
   untouched(buf)
   return y
 
@@ -105,7 +105,7 @@ def run_fwd(x, w, b, stride, padding, groups, relu=False, has_bias=True):
 def run_dgrad(dy, x_shape, w, stride, padding, groups):
   launch = conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, str(dy.dtype))
   dx, buf = poisoned(x_shape, dy.dtype)
-  run(conv.conv_dgrad_kernel, launch, dy, w, dx)
+  run(launch, dy, w, dx)
   untouched(buf)
   return dx
 
@@ -116,7 +116,7 @@ def run_wgrad(x, dy, w_shape, stride, padding, groups, split=None):
   dw, buf = poisoned((launch.constexprs["SPLIT"], *w_shape), np.float32)
   assert launch.grid[1] == launch.constexprs["SPLIT"]
   with np.errstate(invalid="ignore"):
-    run(conv.conv_wgrad_kernel, launch, x, dy, dw)
+    run(launch, x, dy, dw)
   untouched(buf)
   return dw.sum(0)
 

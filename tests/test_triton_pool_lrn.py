@@ -65,7 +65,7 @@ def pool_bwd_numpy(dy, idx, shape, size, stride):
 def run_pool(x, size, stride):
   shape = pool.pooled_shape(x.shape, size, stride)
   (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
-  run(pool.max_pool_fwd_kernel, pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name), x, y, idx)
+  run(pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name), x, y, idx)
   untouched(ybuf)
   untouched(ibuf)
   return y, idx
@@ -73,7 +73,7 @@ def run_pool(x, size, stride):
 
 def run_pool_bwd(dy, idx, shape, size, stride):
   dx, buf = poisoned(shape, dy.dtype)
-  run(pool.max_pool_bwd_kernel, pool.max_pool_bwd_launch(shape, size, stride, dy.dtype.name), dy, idx, dx)
+  run(pool.max_pool_bwd_launch(shape, size, stride, dy.dtype.name), dy, idx, dx)
   untouched(buf)
   return dx
 
@@ -158,9 +158,9 @@ def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
 def run_lrn(x, dy, groups, size, k, alpha, beta):
   launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name)
   (y, ybuf), (scale, sbuf) = poisoned(x.shape, x.dtype), poisoned(x.shape, np.float32)
-  run(lrn.lrn_fwd_kernel, lrn.lrn_fwd_launch(*launch_args), x, y, scale)
+  run(lrn.lrn_fwd_launch(*launch_args), x, y, scale)
   dx, dbuf = poisoned(x.shape, x.dtype)
-  run(lrn.lrn_bwd_kernel, lrn.lrn_bwd_launch(*launch_args), x, dy, scale, dx)
+  run(lrn.lrn_bwd_launch(*launch_args), x, dy, scale, dx)
   for buf in (ybuf, sbuf, dbuf):
     untouched(buf)
   return y, scale, dx

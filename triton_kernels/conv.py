@@ -205,7 +205,7 @@ def conv_fwd_launch(x_shape, w_shape, stride, padding, groups, relu, has_bias, d
   cg, kh, kw, f = w_shape
   cols = oh * ow * shape["N"]
   block_f, block_p, block_k = _block(f // groups, 16, 128), _block(cols, 16, 128), _block(cg * kh * kw, 16, 32)
-  return Launch(grid=(cdiv(f // groups, block_f) * cdiv(cols, block_p), groups),
+  return Launch(conv_fwd_kernel, grid=(cdiv(f // groups, block_f) * cdiv(cols, block_p), groups),
                 constexprs=dict(shape, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision,
                                 BLOCK_F=block_f, BLOCK_P=block_p, BLOCK_K=block_k),
                 num_warps=_warps(block_f, block_p), num_stages=3)
@@ -217,7 +217,7 @@ def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   cg, kh, kw, f = w_shape
   cols = shape["H"] * shape["W"] * shape["N"]
   block_c, block_q, block_k = _block(cg, 16, 128), _block(cols, 16, 128), _block(kh * kw * f // groups, 16, 32)
-  return Launch(grid=(cdiv(cg, block_c) * cdiv(cols, block_q), groups),
+  return Launch(conv_dgrad_kernel, grid=(cdiv(cg, block_c) * cdiv(cols, block_q), groups),
                 constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_C=block_c, BLOCK_Q=block_q,
                                 BLOCK_K=block_k),
                 num_warps=_warps(block_c, block_q), num_stages=3)
@@ -237,7 +237,7 @@ def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   want = split if split is not None else cdiv(steps * block_p, WGRAD_COLUMNS_PER_PROGRAM)
   split_steps = cdiv(steps, max(1, min(want, steps)))
   n_split = cdiv(steps, split_steps)  # recount so that no program is left without columns
-  return Launch(grid=(cdiv(rows, block_r) * cdiv(f // groups, block_f), n_split, groups),
+  return Launch(conv_wgrad_kernel, grid=(cdiv(rows, block_r) * cdiv(f // groups, block_f), n_split, groups),
                 constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_R=block_r, BLOCK_F=block_f,
                                 BLOCK_P=block_p, SPLIT=n_split, SPLIT_STEPS=split_steps),
                 num_warps=_warps(block_r, block_f), num_stages=3)

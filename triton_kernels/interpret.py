@@ -67,7 +67,7 @@ class HostTensor:
 _ONE_AT_A_TIME = threading.Lock()
 
 
-def run(kernel, launch: Launch, *arrays: np.ndarray) -> None:
-  """kernel[grid](*arrays, **constexprs) on host arrays; outputs are written in place."""
+def run(launch: Launch, *arrays: np.ndarray) -> None:
+  """launch.kernel[grid](*arrays, **constexprs) on host arrays; outputs are written in place."""
   with _ONE_AT_A_TIME:
-    kernel[launch.grid](*(HostTensor(a) for a in arrays), **launch.constexprs)
+    launch.kernel[launch.grid](*(HostTensor(a) for a in arrays), **launch.constexprs)

@@ -5,6 +5,7 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
+  kernel: object  # the @triton.jit function this launch runs
   grid: tuple[int, ...]
   constexprs: dict  # every tl.constexpr argument of the kernel, by name
   num_warps: int = 4

@@ -115,7 +115,7 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, scale_ptr, dx_ptr, C: tl.constexpr, P: tl.cons
     win = _slide(win, _term(x_ptr, dy_ptr, scale_ptr, c - AFTER, live, CG, P, BETA), -1)
 
 
-def _launch(shape, groups, size, k, alpha, beta, dtype_name):
+def _launch(kernel, shape, groups, size, k, alpha, beta, dtype_name):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -129,14 +129,14 @@ def _launch(shape, groups, size, k, alpha, beta, dtype_name):
   while block > 32 * NUM_WARPS and cdiv(p, block) * groups < PROGRAMS:
     block //= 2
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta), BLOCK=block)
-  return Launch(grid=(cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
+  return Launch(kernel, grid=(cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N); grid (position blocks, groups)."""
-  return _launch(shape, groups, size, k, alpha, beta, dtype_name)
+  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, dtype_name)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N); the same grid as the forward."""
-  return _launch(shape, groups, size, k, alpha, beta, dtype_name)
+  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, dtype_name)

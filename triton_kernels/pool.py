@@ -78,7 +78,7 @@ def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
   return c, (h - size) // stride + 1, (w - size) // stride + 1, n
 
 
-def _launch(shape, size, stride, dtype_name, elements):
+def _launch(kernel, shape, size, stride, dtype_name, elements):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -90,16 +90,16 @@ def _launch(shape, size, stride, dtype_name, elements):
   # Two 16-byte vectors per thread keep enough loads in flight; a small layer gets a smaller (power of two) block.
   block = min(2 * 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name], max(32 * NUM_WARPS, triton.next_power_of_2(elements)))
   constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block)
-  return Launch(grid=(cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
+  return Launch(kernel, grid=(cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
 
 
 def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N); one lane per element of y."""
   c, oh, ow, n = pooled_shape(shape, size, stride)
-  return _launch(shape, size, stride, dtype_name, c * oh * ow * n)
+  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n)
 
 
 def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N), which dx has; one lane per element of dx."""
   c, h, w, n = shape
-  return _launch(shape, size, stride, dtype_name, c * h * w * n)
+  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n)

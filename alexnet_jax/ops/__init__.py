@@ -1,9 +1,10 @@
 """The network's ops, each in cuda-convnet's batch-last layout.
 
 Conv-stack activations are CHWN (channels, height, width, images) and fully-connected activations are (features,
-images): the image index is always the last, contiguous axis, as in cuda-convnet. Every op takes a `backend`
-(backend.py): the XLA reference (lax with CHWN dimension numbers), or a primitive around its Triton kernel
-(kernel.py) that runs the kernel on CUDA, the reference elsewhere, or the kernel under the Triton interpreter.
+images): the image index is always the last, contiguous axis, as in cuda-convnet. conv2d, max_pool and lrn take a
+`backend` (backend.py): the XLA reference (lax with CHWN dimension numbers), the Triton kernel wrapped as a primitive
+(kernel.py), or — 'auto' — the kernel on CUDA and the reference elsewhere, chosen when the program is lowered. dense
+runs XLA's GEMM on every backend (it checks the name only), and dropout has no backend.
 """
 
 from alexnet_jax.ops.backend import BACKENDS, check_backend

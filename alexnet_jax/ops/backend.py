@@ -1,9 +1,12 @@
-"""The `backend` switch shared by every op.
+"""The `backend` switch shared by every op with a kernel.
 
-'xla' runs the XLA reference (lax with CHWN dimension numbers). The others run each op as a primitive around its
-Triton kernel: 'auto' lowers to the kernel on CUDA and to the XLA reference elsewhere, 'triton' insists on the
-kernel (CUDA only), 'interpret' runs the kernel under the Triton interpreter on any platform (slow: tests).
+'xla' runs the op's XLA reference (lax with CHWN dimension numbers). 'auto' stages both the reference and the
+Triton kernel and lets the lowering platform choose: the kernel on CUDA, the reference everywhere else, so one
+traced program (and one `jax.export` artifact) serves CPU, TPU and GPU. 'triton' insists on the kernel (CUDA only);
+'interpret' runs the kernel under the Triton interpreter on any platform (slow: tests).
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -12,13 +15,26 @@ BACKENDS = ("auto", "xla", "triton", "interpret")
 
 
 def check_backend(backend: str, dtype=None) -> str:
-  """Returns 'xla' or the primitives' mode for `backend` and the input `dtype`, or raises one clear error.
+  """Returns 'xla' or `backend` for the input `dtype`, or raises one clear error.
 
   float64 input always takes the XLA reference: the kernels compute in float32 at most.
   """
   if backend not in BACKENDS:
     raise ValueError(f"unknown kernel backend {backend!r}; choose one of {', '.join(BACKENDS)}")
   return "xla" if dtype is not None and jnp.dtype(dtype) == jnp.float64 else backend
+
+
+def dispatch(backend: str, reference, kernel, *operands):
+  """reference(*operands) or kernel(*operands, mode=…), as `backend` asks; operands[0] sets the dtype.
+
+  Under 'auto' JAX differentiates the reference where it runs, and the kernel path brings its own custom_vjp.
+  """
+  mode = check_backend(backend, operands[0].dtype)
+  if mode == "xla":
+    return reference(*operands)
+  if mode == "auto":
+    return jax.lax.platform_dependent(*operands, cuda=functools.partial(kernel, mode="triton"), default=reference)
+  return kernel(*operands, mode=mode)
 
 
 def accumulator(dtype):

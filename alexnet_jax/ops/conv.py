@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import accumulator, check_backend, dot_precision
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes
+from alexnet_jax.ops.backend import accumulator, dispatch, dot_precision
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes, triton_kernels
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
 
@@ -37,59 +37,28 @@ def _out_shape(x_shape, w_shape, stride, padding):
   return (f, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1, n)
 
 
-def _fwd_reference(x, w, b, *, stride, padding, groups, relu, has_bias, precision):
-  return [conv2d_reference(x, w, b if has_bias else None, stride=stride, padding=padding, groups=groups, relu=relu)]
+def _fwd_launch(x, w, b, *, stride, padding, groups, relu, has_bias, precision):
+  return triton_kernels().conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias,
+                                               x.dtype.name, precision)
 
 
-def _primal_zeros(shape, dtype, like):
-  """Zeros that vary over the same manual mesh axes as `like`. Differentiating at plain zeros inside a shard_map
-  would widen them to `like`'s axes, and the transpose of that widening sums the gradient over the devices."""
-  axes = tuple(jax.typeof(like).manual_axis_type.varying)
-  zeros = jnp.zeros(shape, dtype)
-  return jax.lax.pcast(zeros, axes, to="varying") if axes else zeros
-
-
-def _dgrad_reference(dy, w, *, x_shape, stride, padding, groups, precision):
-  conv = lambda x: conv2d_reference(x, w, stride=stride, padding=padding, groups=groups)  # noqa: E731
-  return list(jax.vjp(conv, _primal_zeros(x_shape, dy.dtype, dy))[1](dy))
-
-
-def _wgrad_reference(x, dy, *, w_shape, stride, padding, groups, precision):
-  conv = lambda w: conv2d_reference(x, w, stride=stride, padding=padding, groups=groups)  # noqa: E731
-  (dw,) = jax.vjp(conv, _primal_zeros(w_shape, x.dtype, x))[1](dy.astype(x.dtype))
-  return [dw.astype(jnp.float32)]
+def _dgrad_launch(dy, w, *, x_shape, stride, padding, groups, precision):
+  return triton_kernels().conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, dy.dtype.name, precision)
 
 
 def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision):
-  from triton_kernels.conv import conv_wgrad_launch  # noqa: PLC0415
-
-  return conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision)
-
-
-def _launcher(name):
-  def launch(*avals, **p):
-    from triton_kernels import conv as k  # noqa: PLC0415
-
-    if name == "fwd":
-      x, w, _ = avals
-      return k.conv_fwd_launch(x.shape, w.shape, p["stride"], p["padding"], p["groups"], p["relu"], p["has_bias"],
-                               x.dtype.name, p["precision"])
-    dy, w = avals
-    return k.conv_dgrad_launch(p["x_shape"], w.shape, p["stride"], p["padding"], p["groups"], dy.dtype.name,
-                               p["precision"])
-
-  return launch
+  return triton_kernels().conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision)
 
 
 CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(
-    kernel="conv:conv_fwd_kernel", launch=_launcher("fwd"), reference=_fwd_reference, batch_last=(0,),
+    launch=_fwd_launch, batch_last=(0,),
     outputs=lambda x, w, b, **p: [jax.ShapeDtypeStruct(_out_shape(x.shape, w.shape, p["stride"], p["padding"]),
                                                        x.dtype)]))
 CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
-    kernel="conv:conv_dgrad_kernel", launch=_launcher("dgrad"), reference=_dgrad_reference, batch_last=(0,),
+    launch=_dgrad_launch, batch_last=(0,),
     outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)]))
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
-    kernel="conv:conv_wgrad_kernel", launch=_wgrad_launch, reference=_wgrad_reference,
+    launch=_wgrad_launch,
     outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
     # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
     kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
@@ -131,10 +100,12 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="
                      f"channels == {cin}·groups and filters divisible by groups")
   if b is not None and b.shape != (f,):
     raise ValueError(f"conv2d: bias shape {b.shape} does not match {f} filters")
-  mode = check_backend(backend, x.dtype)
-  if mode == "xla":
-    return conv2d_reference(x, w, b, stride=stride, padding=padding, groups=groups, relu=relu)
-  has_bias = b is not None
-  b = b if has_bias else jnp.zeros((f,), jnp.float32)
-  x, w, b = same_varying_axes((x, w, b))
-  return _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode)
+  geometry = dict(stride=stride, padding=padding, groups=groups, relu=relu)
+
+  def kernel(x, w, b, *, mode):
+    has_bias = b is not None
+    b = b if has_bias else jnp.zeros((f,), jnp.float32)
+    x, w, b = same_varying_axes((x, w, b))
+    return _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode)
+
+  return dispatch(backend, functools.partial(conv2d_reference, **geometry), kernel, x, w, b)

@@ -3,15 +3,16 @@
 A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primitive`:
 - abstract eval from the op's output shapes, keeping the operands' varying manual axes, which shard_map's
   check_vma and custom_vjp need (jax-triton's own primitive drops them);
-- lowering: on CUDA the kernel through `jax_triton.triton_call` (imported there: it fails to import on a CPU-only
-  jaxlib); on every other platform the op's XLA reference; with mode='interpret', on any platform, the real kernel
-  under the Triton interpreter in a host callback, which is how the CPU tests run the kernels;
+- lowering: with mode='triton', on CUDA, the kernel through `jax_triton.triton_call` (imported there: it fails to
+  import on a CPU-only jaxlib); with mode='interpret', on any platform, the real kernel under the Triton interpreter
+  in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
+  that must run everywhere picks its XLA reference for the other platforms (`backend.dispatch`);
 - batching: a vmapped axis of batch-last operands folds into their image axis N (what CHWN is good at); any other
   batching maps over the vmapped axis.
 """
 
 import dataclasses
-import importlib
+import functools
 import os
 from collections.abc import Callable
 
@@ -21,25 +22,28 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-MODES = ("auto", "triton", "interpret")
+MODES = ("triton", "interpret")
+
+
+def triton_kernels():
+  """The kernel modules, imported on first use: Triton reads TRITON_INTERPRET when it is first imported, so importing
+  alexnet_jax must not import it (a test or script sets the variable first)."""
+  import triton_kernels.conv  # noqa: PLC0415
+  import triton_kernels.lrn  # noqa: PLC0415
+  import triton_kernels.pool  # noqa: PLC0415
+
+  return triton_kernels
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
   """What a primitive needs to know of its kernel. Callables take the operands' avals and the primitive's params."""
 
-  kernel: str  # "module:function" in triton_kernels
-  launch: Callable  # (*avals, **params) -> triton_kernels.Launch
+  launch: Callable  # (*avals, **params) -> triton_kernels.Launch, which carries the kernel
   outputs: Callable  # (*avals, **params) -> [jax.ShapeDtypeStruct]: what the primitive returns
-  reference: Callable  # (*operands, **params) -> [arrays]: the XLA reference, same outputs
   kernel_outputs: Callable | None = None  # (*avals, **params) -> what the kernel writes, if not `outputs`
   finish: Callable | None = None  # (*kernel outputs, **params) -> outputs, e.g. summing split-K partials
   batch_last: tuple[int, ...] = ()  # operands whose last axis is the image axis N, like every output then
-
-
-def _kernel(name: str):
-  module, fn = name.split(":")
-  return getattr(importlib.import_module(f"triton_kernels.{module}"), fn)
 
 
 class KernelPrimitive:
@@ -47,10 +51,10 @@ class KernelPrimitive:
     self.spec = spec
     self.prim = Primitive(name)
     self.prim.multiple_results = True
-    self.prim.def_impl(lambda *args, **params: jax.jit(lambda *a: self.prim.bind(*a, **params))(*args))
+    self.prim.def_impl(lambda *args, **params: self._eager(tuple(sorted(params.items())))(*args))
     self.prim.def_abstract_eval(self._abstract_eval)
-    mlir.register_lowering(self.prim, self._lowering("cuda"), platform="cuda")
-    mlir.register_lowering(self.prim, self._lowering(None))
+    mlir.register_lowering(self.prim, self._lowering(cuda=True), platform="cuda")
+    mlir.register_lowering(self.prim, self._lowering(cuda=False))
     batching.primitive_batchers[self.prim] = self._batch
 
   def __call__(self, *operands, mode: str, **params):
@@ -58,23 +62,26 @@ class KernelPrimitive:
       raise ValueError(f"{self.prim.name}: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     return self.prim.bind(*same_varying_axes(operands), mode=mode, **params)
 
+  @functools.cache
+  def _eager(self, params: tuple):
+    """One compiled program per parameter set for calls outside jit."""
+    return jax.jit(lambda *args: self.prim.bind(*args, **dict(params)))
+
   def _abstract_eval(self, *avals, mode, **params):
     del mode
     # Operands share their varying manual axes (__call__ sees to it), so any one carries them to the outputs.
     return [avals[0].update(shape=o.shape, dtype=o.dtype, weak_type=False) for o in self.spec.outputs(*avals, **params)]
 
-  def _lowering(self, platform):
+  def _lowering(self, cuda: bool):
     def lower(ctx, *operands, mode, **params):
       avals = ctx.avals_in
       if mode == "interpret":
         fn = self._interpreted(avals, params)
-      elif platform == "cuda":
+      elif cuda:
         fn = self._triton(avals, params)
-      elif mode == "triton":
+      else:
         raise ValueError(f"{self.prim.name}: the 'triton' backend needs a CUDA GPU; on this platform use 'auto', "
                          "'xla' or 'interpret'")
-      else:
-        fn = lambda *args: self.spec.reference(*args, **params)  # noqa: E731
       return mlir.lower_fun(fn, multiple_results=True)(ctx, *operands)
 
     return lower
@@ -90,7 +97,7 @@ class KernelPrimitive:
       import jax_triton  # noqa: PLC0415  (needs a CUDA jaxlib)
 
       launch = self.spec.launch(*avals, **params)
-      raw = jax_triton.triton_call(*args, kernel=_kernel(self.spec.kernel), out_shape=self._raw_outputs(avals, params),
+      raw = jax_triton.triton_call(*args, kernel=launch.kernel, out_shape=self._raw_outputs(avals, params),
                                    grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,
                                    **launch.constexprs)
       return self._finish(raw, params)
@@ -107,8 +114,7 @@ class KernelPrimitive:
       from triton_kernels import interpret  # noqa: PLC0415
 
       outs = [np.empty(s.shape, s.dtype) for s in raw_shapes]
-      interpret.run(_kernel(self.spec.kernel), self.spec.launch(*avals, **params),
-                    *(np.ascontiguousarray(a) for a in arrays), *outs)
+      interpret.run(self.spec.launch(*avals, **params), *(np.ascontiguousarray(a) for a in arrays), *outs)
       return outs
 
     return lambda *args: self._finish(jax.pure_callback(host, raw_shapes, *args), params)

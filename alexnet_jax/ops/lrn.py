@@ -15,17 +15,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import accumulator, check_backend
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec
+from alexnet_jax.ops.backend import accumulator, dispatch
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 
 LRN_PAPER = dict(k=2.0, n=5, alpha=1e-4, beta=0.75)
 
 
-def _window_sum(v, n, groups, mirror=False):
-  """Σ over each channel's window within its group; `mirror` sums over the channels whose window holds it."""
+def _window_sum(v, n, groups):
+  """Σ over each channel's window within its group."""
   before, after = n // 2, (n - 1) // 2
-  if mirror:
-    before, after = after, before
   g = v.reshape(groups, v.shape[0] // groups, *v.shape[1:])
   s = lax.reduce_window(g, 0.0, lax.add, (1, n, 1, 1, 1), (1,) * 5,
                         ((0, 0), (before, after), (0, 0), (0, 0), (0, 0)))
@@ -39,33 +37,20 @@ def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, g
   return (a * (k + scale * _window_sum(a * a, n, groups)) ** -beta).astype(x.dtype)
 
 
-def _fwd_reference(x, *, groups, n, k, alpha, beta):
-  a = x.astype(jnp.float32)
-  scale = k + alpha * _window_sum(a * a, n, groups)
-  return [(a * scale ** -beta).astype(x.dtype), scale]
+def _fwd_launch(x, *, groups, n, k, alpha, beta):
+  return triton_kernels().lrn.lrn_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
 
 
-def _bwd_reference(x, dy, scale, *, groups, n, k, alpha, beta):
-  a, g = x.astype(jnp.float32), dy.astype(jnp.float32)
-  spread = _window_sum(g * a * scale ** (-beta - 1), n, groups, mirror=True)
-  return [(g * scale ** -beta - 2 * alpha * beta * a * spread).astype(dy.dtype)]
-
-
-def _launcher(name):
-  def launch(x, *_, groups, n, k, alpha, beta):
-    from triton_kernels import lrn as kernels  # noqa: PLC0415
-
-    fn = kernels.lrn_fwd_launch if name == "fwd" else kernels.lrn_bwd_launch
-    return fn(x.shape, groups, n, k, alpha, beta, x.dtype.name)
-
-  return launch
+def _bwd_launch(x, dy, scale, *, groups, n, k, alpha, beta):
+  return triton_kernels().lrn.lrn_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
 
 
 LRN_FWD = KernelPrimitive("chwn_lrn_fwd", KernelSpec(
-    kernel="lrn:lrn_fwd_kernel", launch=_launcher("fwd"), reference=_fwd_reference, batch_last=(0,),
+    launch=_fwd_launch, batch_last=(0,),
+    # The kernel keeps the denominators k + α·Σa² (float32) for the backward pass, as cuda-convnet did.
     outputs=lambda x, **p: [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, jnp.float32)]))
 LRN_BWD = KernelPrimitive("chwn_lrn_bwd", KernelSpec(
-    kernel="lrn:lrn_bwd_kernel", launch=_launcher("bwd"), reference=_bwd_reference, batch_last=(0, 1, 2),
+    launch=_bwd_launch, batch_last=(0, 1, 2),
     outputs=lambda x, dy, scale, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
 
 
@@ -91,9 +76,8 @@ def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, b
   """x (C, H, W, N) → same shape; each of `groups` consecutive channel blocks is normalised on its own."""
   if x.shape[0] % groups:
     raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
-  mode = check_backend(backend, x.dtype)
-  if mode == "xla":
-    return lrn_reference(x, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n, groups=groups)
+  reference = functools.partial(lrn_reference, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n,
+                                groups=groups)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
             ("beta", float(beta)))
-  return _lrn_kernel(x, params, mode)
+  return dispatch(backend, reference, lambda x, *, mode: _lrn_kernel(x, params, mode), x)

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import check_backend
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec
+from alexnet_jax.ops.backend import dispatch
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 
 
 def max_pool_reference(x, *, size=3, stride=2):
@@ -25,45 +25,21 @@ def _pooled(shape, size, stride):
   return c, (h - size) // stride + 1, (w - size) // stride + 1, n
 
 
-def _fwd_reference(x, *, size, stride):
-  """(y, position of the first maximum in each window)."""
-  _, oh, ow, _ = _pooled(x.shape, size, stride)
-  windows = jnp.stack([x[:, kh:kh + (oh - 1) * stride + 1:stride, kw:kw + (ow - 1) * stride + 1:stride]
-                       for kh in range(size) for kw in range(size)], axis=-1)
-  idx = jnp.argmax(windows, axis=-1)  # the first maximum; a NaN counts as the maximum
-  return [jnp.take_along_axis(windows, idx[..., None], axis=-1)[..., 0], idx.astype(jnp.int8)]
+def _fwd_launch(x, *, size, stride):
+  return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name)
 
 
-def _bwd_reference(dy, idx, *, size, stride, height, width):
-  _, oh, ow, _ = dy.shape
-  dx = 0.0
-  for kh in range(size):
-    for kw in range(size):
-      picked = jnp.where(idx == kh * size + kw, dy.astype(jnp.float32), 0.0)
-      # Window (i, j) read input (i·stride + kh, j·stride + kw): spread the window grid back onto the input grid.
-      dx = dx + lax.pad(picked, 0.0, ((0, 0, 0), (kh, height - kh - (oh - 1) * stride - 1, stride - 1),
-                                      (kw, width - kw - (ow - 1) * stride - 1, stride - 1), (0, 0, 0)))
-  return [dx.astype(dy.dtype)]
-
-
-def _launcher(name):
-  def launch(first, *_, size, stride, **p):
-    from triton_kernels import pool as k  # noqa: PLC0415
-
-    if name == "fwd":
-      return k.max_pool_fwd_launch(first.shape, size, stride, first.dtype.name)
-    c, _, _, n = first.shape
-    return k.max_pool_bwd_launch((c, p["height"], p["width"], n), size, stride, first.dtype.name)
-
-  return launch
+def _bwd_launch(dy, idx, *, size, stride, height, width):
+  c, _, _, n = dy.shape
+  return triton_kernels().pool.max_pool_bwd_launch((c, height, width, n), size, stride, dy.dtype.name)
 
 
 POOL_FWD = KernelPrimitive("chwn_max_pool_fwd", KernelSpec(
-    kernel="pool:max_pool_fwd_kernel", launch=_launcher("fwd"), reference=_fwd_reference, batch_last=(0,),
+    launch=_fwd_launch, batch_last=(0,),
     outputs=lambda x, size, stride: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
                                      jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
 POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
-    kernel="pool:max_pool_bwd_kernel", launch=_launcher("bwd"), reference=_bwd_reference, batch_last=(0, 1),
+    launch=_bwd_launch, batch_last=(0, 1),
     outputs=lambda dy, idx, size, stride, height, width: [
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 
@@ -92,7 +68,5 @@ def max_pool(x, *, size=3, stride=2, backend="auto"):
   if h < size or w < size:
     raise ValueError(f"max_pool: a {h}×{w} map is smaller than the {size}×{size} window; the input image is too "
                      "small for this network")
-  mode = check_backend(backend, x.dtype)
-  if mode == "xla":
-    return max_pool_reference(x, size=size, stride=stride)
-  return _max_pool_kernel(x, size, stride, mode)
+  return dispatch(backend, functools.partial(max_pool_reference, size=size, stride=stride),
+                  lambda x, *, mode: _max_pool_kernel(x, size, stride, mode), x)
