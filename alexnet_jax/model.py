@@ -10,6 +10,7 @@ local towers' channels one block after another. Cross-device traffic happens onl
 `inputs='all'` (all-gather of every tower's maps) or `split='sum'` (all-reduce of partial outputs).
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -64,12 +65,9 @@ class Network(nn.Module):
     """Every tower's maps, tower by tower: the all-gather that makes a layer read across devices."""
     if not self.tower_axis:
       return x
-    gather = lambda v: lax.all_gather(v, self.tower_axis, axis=0, tiled=True, to=to)  # noqa: E731
-    if x.dtype != jnp.bfloat16:
-      return gather(x)
-    # XLA:CPU (jaxlib 0.11.2) aborts compiling a bfloat16 reduce-scatter, the gather's gradient: gather in float32
-    # there. Chosen per lowering platform, so that a program exported for GPU or TPU from a CPU host keeps bf16.
-    return lax.platform_dependent(x, cpu=lambda v: gather(v.astype(jnp.float32)).astype(v.dtype), default=gather)
+    if x.dtype == jnp.bfloat16 and to == "varying":
+      return _gather_bf16(x, self.tower_axis)
+    return lax.all_gather(x, self.tower_axis, axis=0, tiled=True, to=to)
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
@@ -140,6 +138,28 @@ class Network(nn.Module):
     blocks = x.reshape(local, -1, *x.shape[1:])
     keys = jax.vmap(lambda t: jax.random.fold_in(key, first + t))(jnp.arange(local))
     return jax.vmap(lambda b, k: ops.dropout(b, rate, k))(blocks, keys).reshape(x.shape)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _gather_bf16(x, axis: str):
+  """A bfloat16 all-gather whose gradient, the reduce-scatter, runs in float32 on CPU: XLA:CPU (jaxlib 0.11.2)
+  aborts compiling a bf16 reduce-scatter. Chosen per lowering platform, so that a program exported for GPU or TPU
+  from a CPU host keeps bf16. (Around the whole gather, platform_dependent leaves a conditional in the compiled
+  backward pass: its transposed branch index is a forward residual, which XLA does not fold away.)"""
+  return lax.all_gather(x, axis, axis=0, tiled=True, to="varying")
+
+
+def _gather_bf16_fwd(x, axis):
+  return _gather_bf16(x, axis), None
+
+
+def _gather_bf16_bwd(axis, _, cotangent):
+  scatter = lambda c: lax.psum_scatter(c, axis, scatter_dimension=0, tiled=True)  # noqa: E731
+  return (lax.platform_dependent(cotangent, cpu=lambda c: scatter(c.astype(jnp.float32)).astype(c.dtype),
+                                 default=scatter),)
+
+
+_gather_bf16.defvjp(_gather_bf16_fwd, _gather_bf16_bwd)
 
 
 def _flat(x):

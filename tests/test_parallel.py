@@ -2,6 +2,7 @@
 the paper's GPUs talked (conv3, fc6, fc7, fc8)."""
 
 import functools
+import re
 
 import jax
 import numpy as np
@@ -106,20 +107,24 @@ def test_momentum_lives_with_its_weight():
   assert state.step.sharding.is_fully_replicated
 
 
-def test_bfloat16_export_for_tpu_gathers_in_bfloat16():
-  # The float32 gather is XLA:CPU's workaround; a program traced here for another platform must not carry it.
+def test_bfloat16_export_for_tpu_keeps_its_collectives_in_bfloat16():
+  # XLA:CPU needs the gather's gradient (a reduce-scatter) in float32; a program traced here for another platform
+  # must not carry that workaround.
   setup = train.make_setup(small_config(dtype="bfloat16"), 10, 1000)
   state = train.create_train_state(setup, small_config(), jax.random.key(0))
   forward = train.logits_fn(setup)
   images = jax.ShapeDtypeStruct((B, 112, 112, 3), np.float32)
+  grad = jax.jit(jax.grad(lambda p, x: forward(p, x, jax.random.key(0), True).sum()))
 
-  def gathers(platform):
-    text = jax.export.export(jax.jit(lambda p, x: forward(p, x, jax.random.key(0), False)), platforms=[platform])(
-        state.params, images).mlir_module()
-    return [line for line in text.splitlines() if '"stablehlo.all_gather"' in line]
+  def collectives(platform):
+    """{op: the element type of each of its results}; a reduce_scatter's type follows its body, lines later."""
+    text = jax.export.export(grad, platforms=[platform])(state.params, images).mlir_module()
+    return {op: re.findall(rf'"stablehlo.{op}"\(.*?[)>] : \(tensor<[^>]*>\) -> tensor<[0-9x]*x(\w+)>', text, re.S)
+            for op in ("all_gather", "reduce_scatter")}
 
-  assert gathers("tpu") and all("bf16" in line and "f32" not in line for line in gathers("tpu"))
-  assert any("f32" in line for line in gathers("cpu"))
+  # conv3, fc6 and fc7 read across towers: a gather each, and its gradient.
+  assert collectives("tpu") == dict(all_gather=["bf16"] * 3, reduce_scatter=["bf16"] * 3)
+  assert collectives("cpu") == dict(all_gather=["bf16"] * 3, reduce_scatter=["f32"] * 3)
 
 
 def test_one_device_mesh_compiles_no_collective():
