@@ -1,6 +1,7 @@
 """Every configuration key with the paper's value, and the one check that all configs pass through.
 
-configs/*.py start from `paper_config()` and change values; a key that is not here is a typo and is refused.
+configs/*.py start from `paper_config()` and change values. It is locked: a key that is not here is a typo, and
+setting it (in a config file, in code or as --config.key) raises an error that names it and the nearest known key.
 """
 
 import ml_collections
@@ -11,7 +12,7 @@ DTYPES = ("float32", "bfloat16")
 def paper_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
-  # The network (networks.py) and where its towers go.
+  # The network: a name registered in networks.py, or by the config file itself (networks.register), and its towers.
   c.network = "alexnet"
   c.width = 1.0  # scales every hidden layer
   c.towers = 2
@@ -45,6 +46,7 @@ def paper_config() -> ml_collections.ConfigDict:
   c.eval_every_steps = 5000
   c.checkpoint_every_steps = 1000
   c.checkpoints_to_keep = 3
+  c.lock()  # recursive: the nested dicts refuse new keys too
   return c
 
 
@@ -65,22 +67,11 @@ def _choices(config, key, allowed):
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Raises one ValueError naming the first problem: an unknown key or a value out of range."""
-  from alexnet_jax import ops  # noqa: PLC0415  (configs import this module before jax is set up)
+  """Raises one ValueError naming the first value out of range (unknown keys never get in: the config is locked)."""
+  from alexnet_jax import networks, ops  # noqa: PLC0415  (configs import this module before jax is set up)
   from alexnet_jax.model import INITS  # noqa: PLC0415
-  from alexnet_jax.networks import NETWORKS  # noqa: PLC0415
 
-  known = paper_config()
-
-  def walk(cfg, ref, prefix):
-    for key in cfg.keys():
-      if key not in ref:
-        raise ValueError(f"unknown config key {prefix}{key!r}; known keys: {', '.join(sorted(ref.keys()))}")
-      if isinstance(ref[key], ml_collections.ConfigDict):
-        walk(cfg[key], ref[key], f"{prefix}{key}.")
-
-  walk(config, known, "")
-  _choices(config, "network", tuple(NETWORKS))
+  _choices(config, "network", networks.names())
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)

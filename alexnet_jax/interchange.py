@@ -7,16 +7,11 @@ maps flattened per image in (C, H, W) order. The grouping changes which inputs a
 are laid out, so every split='out' layer converts the same way whatever its `inputs`.
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer
-
-
-def _weighted(layers: tuple[Layer, ...]) -> list[Layer]:
-  return [layer for layer in layers if layer.kind in ("conv", "fc")]
+from alexnet_jax.layer_shapes import traced_shapes
+from alexnet_jax.networks import Layer, Table
 
 
 def _kernel_to_torch(kernel: np.ndarray, layer: Layer) -> np.ndarray:
@@ -35,9 +30,9 @@ def _kernel_from_torch(weight: np.ndarray, shape: tuple[int, ...], layer: Layer)
   return weight.reshape(towers, out, *middle).transpose(order)
 
 
-def _torch_shapes(layers: tuple[Layer, ...], shapes) -> dict[str, tuple[int, ...]]:
+def _torch_shapes(table: Table, shapes) -> dict[str, tuple[int, ...]]:
   out = {}
-  for layer in _weighted(layers):
+  for layer in table.weighted():
     towers, *middle, last = shapes[layer.name]["kernel"]
     kernel = (last, towers * middle[0]) if layer.split == "sum" else (towers * last, *middle)
     out[f"{layer.name}.weight"] = kernel
@@ -45,20 +40,17 @@ def _torch_shapes(layers: tuple[Layer, ...], shapes) -> dict[str, tuple[int, ...
   return out
 
 
-def param_shapes(layers: tuple[Layer, ...], towers: int = 2, image_size: int | tuple[int, int] = 224):
-  """The flax parameter shapes {layer: {'kernel': shape, 'bias': shape}} of `Network(layers, towers)` at this input.
+def param_shapes(table: Table, image_size: int | tuple[int, int] = 224):
+  """The flax parameter shapes {layer: {'kernel': shape, 'bias': shape}} of `Network(table)` at this input.
 
   Traced, not computed here, so they cannot drift from the model; the input size fixes the first fc layer's fan-in.
   """
-  h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
-  net = Network(tuple(layers), towers=towers)
-  tree = jax.eval_shape(net.init, jax.random.key(0), jax.ShapeDtypeStruct((3, h, w, 1), jnp.float32))["params"]
-  return {name: {leaf: tuple(a.shape) for leaf, a in p.items()} for name, p in tree.items()}
+  return traced_shapes(table, image_size)[0]
 
 
-def torch_shapes(layers: tuple[Layer, ...], towers: int = 2, image_size: int | tuple[int, int] = 224):
+def torch_shapes(table: Table, image_size: int | tuple[int, int] = 224):
   """The {key: shape} that `to_torch` gives and `from_torch` expects."""
-  return _torch_shapes(layers, param_shapes(layers, towers, image_size))
+  return _torch_shapes(table, param_shapes(table, image_size))
 
 
 def _float32(key: str, value) -> np.ndarray:
@@ -73,9 +65,9 @@ def _check(problems: list[str]):
     raise ValueError("weights do not match the layer table:\n  " + "\n  ".join(problems))
 
 
-def to_torch(params, layers: tuple[Layer, ...]) -> dict[str, np.ndarray]:
+def to_torch(params, table: Table) -> dict[str, np.ndarray]:
   """Flax parameters (host or sharded, any float dtype) → {'conv1.weight': (96, 3, 11, 11) float32, …}."""
-  weighted = _weighted(layers)
+  weighted = table.weighted()
   names = {layer.name for layer in weighted}
   problems = [f"{name}: parameters of a layer the table does not have" for name in params if name not in names]
   arrays = {}
@@ -107,15 +99,15 @@ def to_torch(params, layers: tuple[Layer, ...]) -> dict[str, np.ndarray]:
   return state
 
 
-def from_torch(state: dict, layers: tuple[Layer, ...], *, towers: int = 2,
+def from_torch(state: dict, table: Table, *,
                image_size: int | tuple[int, int] = 224) -> dict[str, dict[str, np.ndarray]]:
   """{'conv1.weight': …} (numpy arrays, torch tensors' .numpy(), any float dtype) → flax parameters, float32 numpy.
 
-  `towers` and `image_size` are those of the Network the parameters are for: they fix the expected shapes, and
-  every missing or unexpected key and every wrong shape is reported in one ValueError.
+  The table (with its towers) and `image_size` are those of the Network the parameters are for: they fix the
+  expected shapes, and every missing or unexpected key and every wrong shape is reported in one ValueError.
   """
-  shapes = param_shapes(layers, towers, image_size)
-  expected = _torch_shapes(layers, shapes)
+  shapes = param_shapes(table, image_size)
+  expected = _torch_shapes(table, shapes)
   problems = [f"{key}: unexpected key" for key in state if key not in expected]
   arrays = {}
   for key, shape in expected.items():
@@ -132,7 +124,7 @@ def from_torch(state: dict, layers: tuple[Layer, ...], *, towers: int = 2,
     arrays[key] = a
   _check(problems)
   params = {}
-  for layer in _weighted(layers):
+  for layer in table.weighted():
     kernel_shape, bias_shape = shapes[layer.name]["kernel"], shapes[layer.name]["bias"]
     params[layer.name] = {
         "kernel": np.array(_kernel_from_torch(arrays[f"{layer.name}.weight"], kernel_shape, layer), order="C"),

@@ -1,6 +1,13 @@
-"""The per-tower shapes of AlexNet's layers at a batch size: what the kernel checks and benchmarks run on."""
+"""The per-tower shapes of a table's layers at a batch size, traced from the model: what the kernel checks and
+benchmarks run on (AlexNet's), and what tests compare with the paper."""
 
 import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from alexnet_jax.model import Network
+from alexnet_jax.networks import Table, alexnet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,18 +27,38 @@ class ConvShape:
     return 2 * f * oh * ow * n * cg * kh * kw
 
 
+def traced_shapes(table: Table, image_size: int | tuple[int, int] = 224, batch: int = 1):
+  """(parameter shapes {layer: {'kernel', 'bias'}}, input shapes {layer: (C, H, W, N) or (F, N)} of all towers)."""
+  h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+  image = jax.ShapeDtypeStruct((3, h, w, batch), jnp.float32)
+  variables = jax.eval_shape(lambda x: Network(table).init(jax.random.key(0), x, mutable=True), image)
+  outputs = {name: a.shape for name, a in variables["intermediates"]["activations"][0].items()}
+  inputs, previous = {}, image.shape
+  for layer in table.layers:
+    inputs[layer.name], previous = tuple(previous), outputs[layer.name]
+  params = {name: {leaf: tuple(a.shape) for leaf, a in p.items()} for name, p in variables["params"].items()}
+  return params, inputs
+
+
 def alexnet_convs(batch: int = 128) -> list[ConvShape]:
   """One tower's share of each conv layer (conv3 reads both towers' 256 maps)."""
-  n = batch
-  return [ConvShape("conv1", (3, 224, 224, n), (3, 11, 11, 48), 4, 2),
-          ConvShape("conv2", (48, 27, 27, n), (48, 5, 5, 128), 1, 2),
-          ConvShape("conv3", (256, 13, 13, n), (256, 3, 3, 192), 1, 1),
-          ConvShape("conv4", (192, 13, 13, n), (192, 3, 3, 192), 1, 1),
-          ConvShape("conv5", (192, 13, 13, n), (192, 3, 3, 128), 1, 1)]
+  table = alexnet()
+  params, inputs = traced_shapes(table, 224, batch)
+  convs = []
+  for layer in table.layers:
+    if layer.kind == "conv":
+      w = params[layer.name]["kernel"][1:]  # the tower's kernel: its input channels are what it reads
+      convs.append(ConvShape(layer.name, (w[0], *inputs[layer.name][1:]), w, layer.stride, layer.padding))
+  return convs
 
 
 def alexnet_maps(batch: int = 128) -> dict[str, tuple[int, int, int, int]]:
   """One tower's inputs of the pools and LRNs."""
-  n = batch
-  return {"lrn1": (48, 55, 55, n), "pool1": (48, 55, 55, n), "lrn2": (128, 27, 27, n), "pool2": (128, 27, 27, n),
-          "pool5": (128, 13, 13, n)}
+  table = alexnet()
+  _, inputs = traced_shapes(table, 224, batch)
+  maps = {}
+  for layer, blocks in zip(table.layers, table.tower_blocks()):
+    if layer.kind in ("lrn", "pool"):
+      c, *rest = inputs[layer.name]
+      maps[layer.name] = (c // table.towers if blocks else c, *rest)
+  return maps

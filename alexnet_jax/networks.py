@@ -1,17 +1,22 @@
 """Networks as data: layer tables in the spirit of cuda-convnet's layer definition files.
 
-A table is a tuple of `Layer`s applied in order. Every layer with weights is split over `towers` (the paper's two
-GPUs): each tower owns `filters / towers` outputs and reads either its own tower's maps (`inputs='tower'`, no
-communication) or every tower's maps (`inputs='all'`, the cross-device layers). A layer with `split='sum'` is
-cuda-convnet's fc layer with one input per tower: each tower multiplies its own inputs by its own rows of the
-weight matrix, and the partial outputs are summed across towers (one bias for the whole layer).
+A `Table` is a tuple of `Layer`s applied in order and the number of towers (the paper's two GPUs) they are split
+over. Every layer with weights gives each tower `filters / towers` outputs and reads either its own tower's maps
+(`inputs='tower'`, no communication) or every tower's maps (`inputs='all'`, the cross-device layers). A layer with
+`split='sum'` is cuda-convnet's fc layer with one input per tower: each tower multiplies its own inputs by its own
+rows of the weight matrix, and the partial outputs are summed across towers (one bias for the whole layer). An LRN
+layer carries its constants as cuda-convnet2's `[rnorm]` section does: window `size`, `k`, `alpha`, `beta`, and
+whether α is divided by the window size.
 
-A new network (ZFNet, VGG, …) is a new table here, not a new model class.
+A new network (ZFNet, VGG, …) is a new table: a builder registered under a name with `@register("name")`, here or in
+the config file that sets `config.network` to that name.
 """
 
 import dataclasses
+from collections.abc import Callable
 
 KINDS = ("conv", "lrn", "pool", "fc", "dropout")
+WEIGHTED = ("conv", "fc")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +32,11 @@ class Layer:
   relu: bool = True
   bias_init: float = 0.0  # the paper: 1 in conv2, conv4, conv5, fc6, fc7 "to give ReLUs positive inputs"
   rate: float = 0.0  # dropout rate
+  # LRN: a / (k + α·Σa²)^β over `size` neighbouring channels; alpha_over_n: α/size (Caffe's, cuda-convnet's code)
+  k: float = 0.0
+  alpha: float = 0.0
+  beta: float = 0.0
+  alpha_over_n: bool = False
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -35,6 +45,81 @@ class Layer:
       raise ValueError(f"layer {self.name}: inputs must be 'tower' or 'all' and split 'out' or 'sum'")
     if self.split == "sum" and (self.kind != "fc" or self.inputs != "tower"):
       raise ValueError(f"layer {self.name}: split='sum' is for fc layers that read their own tower")
+    if self.kind == "lrn" and (self.size < 1 or self.k <= 0 or self.beta <= 0):
+      raise ValueError(f"layer {self.name}: an LRN layer needs size ≥ 1, k > 0 and beta > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A network: its layers in order, and the towers that every weighted layer is split over."""
+
+  layers: tuple[Layer, ...]
+  towers: int = 2
+
+  def __post_init__(self):
+    object.__setattr__(self, "layers", tuple(self.layers))  # hashable, as a flax module field must be
+    if self.towers < 1:
+      raise ValueError(f"a table needs at least one tower, got towers={self.towers}")
+    names = [layer.name for layer in self.layers]
+    if len(set(names)) != len(names):
+      raise ValueError(f"layer names must be unique: {', '.join(names)}")
+    kinds = [layer.kind for layer in self.layers]
+    if "fc" not in kinds or any(k not in ("fc", "dropout") for k in kinds[kinds.index("fc"):]):
+      raise ValueError("a layer table must end with fc layers (and dropout): logits are (classes, N)")
+    for layer, in_blocks in zip(self.layers, self.tower_blocks()):
+      if layer.kind in WEIGHTED and layer.split == "out" and layer.filters % self.towers:
+        raise ValueError(f"layer {layer.name}: {layer.filters} filters do not split over {self.towers} towers")
+      if layer.split == "sum" and not in_blocks:
+        raise ValueError(f"layer {layer.name}: split='sum' needs per-tower inputs, but its input is not split")
+      if layer.kind == "fc" and in_blocks and layer.inputs == "tower" and layer.split == "out":
+        raise ValueError(f"layer {layer.name}: an fc layer reading its own tower needs split='sum'")
+
+  def tower_blocks(self) -> tuple[bool, ...]:
+    """For each layer, whether its input holds one block of maps per tower, then the same of the network's output.
+
+    The image is read whole by every tower; a split='out' layer leaves its output in tower blocks, a split='sum'
+    layer leaves it whole.
+    """
+    in_blocks = [False]
+    for layer in self.layers:
+      in_blocks.append(layer.split == "out" if layer.kind in WEIGHTED else in_blocks[-1])
+    return tuple(in_blocks)
+
+  def weighted(self) -> tuple[Layer, ...]:
+    return tuple(layer for layer in self.layers if layer.kind in WEIGHTED)
+
+
+_BUILDERS: dict[str, Callable[..., Table]] = {}
+
+
+def register(name: str):
+  """Decorator: `builder(*, num_classes, width, towers, lrn_alpha_over_n) -> Table` becomes `config.network=name`.
+
+  Registering a name again replaces its builder only from the same definition (a config file loaded twice).
+  """
+
+  def add(builder):
+    old = _BUILDERS.get(name)
+    if old is not None and (old.__module__, old.__qualname__) != (builder.__module__, builder.__qualname__):
+      raise ValueError(f"network {name!r} is already registered by {old.__module__}.{old.__qualname__}")
+    _BUILDERS[name] = builder
+    return builder
+
+  return add
+
+
+def names() -> tuple[str, ...]:
+  return tuple(sorted(_BUILDERS))
+
+
+def get_network(name: str, **kwargs) -> Table:
+  if name not in _BUILDERS:
+    raise ValueError(f"unknown network {name!r}; choose one of {', '.join(names())}, or register it in the config "
+                     "file (networks.register)")
+  table = _BUILDERS[name](**kwargs)
+  if not isinstance(table, Table):
+    raise ValueError(f"network {name!r}: its builder returned {type(table).__name__}, not a networks.Table")
+  return table
 
 
 def _scaled(n: int, width: float, towers: int) -> int:
@@ -42,19 +127,22 @@ def _scaled(n: int, width: float, towers: int) -> int:
   return max(towers, int(round(n * width / towers)) * towers)
 
 
-def alexnet(num_classes: int = 1000, width: float = 1.0, towers: int = 2) -> tuple[Layer, ...]:
+@register("alexnet")
+def alexnet(num_classes: int = 1000, width: float = 1.0, towers: int = 2, lrn_alpha_over_n: bool = False) -> Table:
   """The paper's network (Krizhevsky, Sutskever & Hinton 2012, Figure 2), for 224×224×3 input.
 
   conv1's padding 2 makes 224 give 55×55 maps as in the figure (Caffe reaches 55 with a 227 crop and no padding).
-  `width` scales every hidden layer; width=1 has exactly 60,965,224 parameters for 1000 classes.
+  `width` scales every hidden layer; width=1 has exactly 60,965,224 parameters for 1000 classes. LRN is the paper's
+  formula (k=2, n=5, α=1e-4, β=0.75); `lrn_alpha_over_n` divides α by n as Caffe's and cuda-convnet's code do.
   """
   w = lambda n: _scaled(n, width, towers)  # noqa: E731
-  return (
+  lrn = dict(size=5, k=2.0, alpha=1e-4, beta=0.75, alpha_over_n=lrn_alpha_over_n)
+  return Table((
       Layer("conv1", "conv", filters=w(96), size=11, stride=4, padding=2),
-      Layer("lrn1", "lrn", size=5),
+      Layer("lrn1", "lrn", **lrn),
       Layer("pool1", "pool", size=3, stride=2),
       Layer("conv2", "conv", filters=w(256), size=5, padding=2, bias_init=1.0),
-      Layer("lrn2", "lrn", size=5),
+      Layer("lrn2", "lrn", **lrn),
       Layer("pool2", "pool", size=3, stride=2),
       Layer("conv3", "conv", filters=w(384), size=3, padding=1, inputs="all"),
       Layer("conv4", "conv", filters=w(384), size=3, padding=1, bias_init=1.0),
@@ -65,13 +153,4 @@ def alexnet(num_classes: int = 1000, width: float = 1.0, towers: int = 2) -> tup
       Layer("fc7", "fc", filters=w(4096), inputs="all", bias_init=1.0),
       Layer("drop7", "dropout", rate=0.5),
       Layer("fc8", "fc", filters=num_classes, split="sum", relu=False),
-  )
-
-
-NETWORKS = {"alexnet": alexnet}
-
-
-def get_network(name: str, **kwargs) -> tuple[Layer, ...]:
-  if name not in NETWORKS:
-    raise ValueError(f"unknown network {name!r}; choose one of {', '.join(sorted(NETWORKS))}")
-  return NETWORKS[name](**kwargs)
+  ), towers)

@@ -14,7 +14,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer
 
 
 def make_mesh(model: int, data: int = 1, devices=None) -> jax.sharding.Mesh:
@@ -32,9 +31,10 @@ def make_mesh(model: int, data: int = 1, devices=None) -> jax.sharding.Mesh:
                        devices=devices[: data * model])
 
 
-def param_specs(layers: tuple[Layer, ...], params, tower_axis: str | None = "model"):
-  """Tower axis over `tower_axis` for every weight, except the one bias of a split='sum' layer (replicated)."""
-  summed = {layer.name for layer in layers if layer.split == "sum"}
+def param_specs(net: Network, params, tower_axis: str | None = "model"):
+  """Tower axis over `tower_axis` for every weight of `params` (arrays or shapes), except the one bias of a
+  split='sum' layer (replicated)."""
+  summed = {layer.name for layer in net.table.layers if layer.split == "sum"}
 
   def spec(path, _):
     layer, leaf = (k.key for k in path[-2:])
@@ -43,13 +43,17 @@ def param_specs(layers: tuple[Layer, ...], params, tower_axis: str | None = "mod
   return jax.tree_util.tree_map_with_path(spec, params)
 
 
-def shard_params(mesh, layers, params):
-  """Places host parameters (all towers) on the mesh: each device gets its own towers."""
-  specs = param_specs(layers, params)
-  return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+def param_shardings(mesh, net: Network, params):
+  """Where each weight lives on the mesh: each device holds its own towers."""
+  return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(net, params))
 
 
-def sharded_apply(net: Network, mesh, layers: tuple[Layer, ...]):
+def shard_params(mesh, net: Network, params):
+  """Places host parameters (all towers) on the mesh."""
+  return jax.device_put(params, param_shardings(mesh, net, params))
+
+
+def sharded_apply(net: Network, mesh):
   """Returns apply(params, images_chwn, dropout_key, train) → logits (N, classes), batch split over 'data'.
 
   `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share. Only mesh
@@ -57,8 +61,8 @@ def sharded_apply(net: Network, mesh, layers: tuple[Layer, ...]):
   interpreter backend is the exception: its host callbacks need every mesh axis manual.
   """
   model_size = mesh.shape["model"]
-  if net.towers % model_size:
-    raise ValueError(f"{net.towers} towers cannot be spread evenly over a model axis of {model_size} devices")
+  if net.table.towers % model_size:
+    raise ValueError(f"{net.table.towers} towers cannot be spread evenly over a model axis of {model_size} devices")
   manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1 or net.backend == "interpret"}
   batch = "data" if "data" in manual else None
   local_net = net.clone(tower_axis="model" if "model" in manual else None)
@@ -71,7 +75,7 @@ def sharded_apply(net: Network, mesh, layers: tuple[Layer, ...]):
   def run(params, images, key, train=False):
     if not manual:
       return apply(params, images, key, train)
-    specs = param_specs(layers, params, local_net.tower_axis)
+    specs = param_specs(net, params, local_net.tower_axis)
     fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
                        in_specs=(specs, P(None, None, None, batch), P()), out_specs=P(batch, None))
     return fn(params, images, key)

@@ -3,6 +3,7 @@ train_and_evaluate, which runs the loop with evaluation, TensorBoard and JSONL m
 rerun of the same command resumes from.
 """
 
+import dataclasses
 import functools
 import math
 import os
@@ -34,24 +35,26 @@ class TrainState(flax.struct.PyTreeNode):
   opt_state: Any
 
 
-@flax.struct.dataclass
+@dataclasses.dataclass(frozen=True)
 class Setup:
-  """Everything that a config fixes before training: the network, its mesh and the optimiser."""
+  """Everything that a config fixes before training: the network (its table in `net.table`), its mesh and the
+  optimiser."""
 
-  layers: tuple = flax.struct.field(pytree_node=False)
-  net: Network = flax.struct.field(pytree_node=False)
-  mesh: Any = flax.struct.field(pytree_node=False)
-  tx: Any = flax.struct.field(pytree_node=False)
-  schedule: Any = flax.struct.field(pytree_node=False)
-  total_steps: int = flax.struct.field(pytree_node=False)
-  mean: tuple = flax.struct.field(pytree_node=False)  # the dataset's RGB statistics, [0, 1] units
-  std: tuple = flax.struct.field(pytree_node=False)
+  net: Network
+  mesh: jax.sharding.Mesh
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  total_steps: int
+  mean: tuple  # the dataset's RGB statistics, [0, 1] units
+  std: tuple
 
 
 def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> Setup:
-  layers = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers)
-  net = Network(layers, towers=config.towers, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init,
-                lrn_alpha_over_n=config.lrn_alpha_over_n, backend=config.kernel_backend)
+  table = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
+                      lrn_alpha_over_n=config.lrn_alpha_over_n)
+  if table.towers != config.towers:
+    raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
+  net = Network(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init, backend=config.kernel_backend)
   mesh = parallel.make_mesh(config.mesh.model, config.mesh.data)
   steps_per_epoch = max(1, num_train // config.batch_size)
   total_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
@@ -61,30 +64,25 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET_MEAN, std
   # Decay is added to the gradient before momentum, as in the paper's update rule.
   tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
                    optax.sgd(schedule, momentum=config.momentum))
-  return Setup(layers, net, mesh, tx, schedule, total_steps, tuple(map(float, mean)), tuple(map(float, std)))
+  return Setup(net, mesh, tx, schedule, total_steps, tuple(map(float, mean)), tuple(map(float, std)))
 
 
 def create_train_state(setup: Setup, config, key) -> TrainState:
-  """Initialises all towers' parameters on the host and places each tower on its device."""
+  """Initialises the state on the mesh, each tower's weights and their momentum on the tower's device."""
   s = config.image_size
-  params = jax.jit(setup.net.init, static_argnames="train")(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
-  params = parallel.shard_params(setup.mesh, setup.layers, params)
-  step = jax.device_put(jnp.zeros((), jnp.int32), NamedSharding(setup.mesh, P()))
-  # XLA does not carry the parameters' placement over to zeros made from them: give the optimiser state (the
-  # momentum of each weight) its weight's sharding explicitly, or it all lands on one device.
-  shardings = _like_params(jax.eval_shape(setup.tx.init, params), params, setup.mesh)
-  return TrainState(step=step, params=params, opt_state=jax.jit(setup.tx.init, out_shardings=shardings)(params))
 
+  def init(key):
+    params = setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=setup.tx.init(params))
 
-def _like_params(tree, params, mesh):
-  """Shardings for `tree`: a leaf whose key path ends with a parameter's path gets that parameter's sharding."""
-  by_path = {jax.tree_util.keystr(path): x.sharding for path, x in jax.tree_util.tree_leaves_with_path(params)}
-
-  def sharding(path, _):
-    suffixes = (by_path.get(jax.tree_util.keystr(path[i:])) for i in range(len(path)))
-    return next((s for s in suffixes if s is not None), NamedSharding(mesh, P()))
-
-  return jax.tree_util.tree_map_with_path(sharding, tree)
+  shapes = jax.eval_shape(init, key)
+  replicated = NamedSharding(setup.mesh, P())
+  params = parallel.param_shardings(setup.mesh, setup.net, shapes.params)
+  # XLA does not carry the parameters' placement over to zeros made from them: each weight's momentum is given
+  # its weight's sharding, or it would all land on one device.
+  opt_state = optax.tree_utils.tree_map_params(setup.tx, lambda _, sharding: sharding, shapes.opt_state, params,
+                                               transform_non_params=lambda _: replicated)
+  return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))(key)
 
 
 def check_batch(batch: dict, config) -> None:
@@ -119,7 +117,7 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
 
 
 def logits_fn(setup: Setup):
-  apply = parallel.sharded_apply(setup.net, setup.mesh, setup.layers)
+  apply = parallel.sharded_apply(setup.net, setup.mesh)
   return lambda params, images, key, train: apply(params, jnp.transpose(images, (3, 1, 2, 0)), key, train)
 
 
@@ -281,5 +279,5 @@ def check_position(saved: dict, now: dict) -> None:
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
   """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir."""
-  first = next(layer.name for layer in setup.layers if layer.kind == "conv")
+  first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
   return pictures.write_all(workdir, np.asarray(state.params[first]["kernel"]))

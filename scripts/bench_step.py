@@ -40,7 +40,7 @@ def bench(config, steps):
   batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes))
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
   compiled = step.lower(state, batch, jax.random.key(1)).compile()
-  names = [layer.name for layer in setup.layers]
+  names = [layer.name for layer in setup.net.table.layers]
   traffic, lines = {}, []
   for c in hlo.collectives(compiled.as_text()):
     lines.append(c.text)

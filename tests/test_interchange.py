@@ -86,8 +86,8 @@ def random_images(n, size, seed=1):
   return 50.0 * np.random.default_rng(seed).standard_normal((n, 3, h, w))
 
 
-def our_logits(layers, towers, params, x_nchw):
-  net = Network(layers, towers=towers, weight_init="he")
+def our_logits(table, params, x_nchw):
+  net = Network(table, weight_init="he")
   x = jnp.asarray(x_nchw.transpose(1, 2, 3, 0), jnp.float32)  # NCHW → CHWN
   return np.asarray(jax.jit(lambda p, x: net.apply({"params": p}, x, train=False))(params, x))
 
@@ -100,17 +100,17 @@ def assert_logits_close(got, want, rtol=1e-4):
 # 1. Layouts and the round trip.
 
 def test_paper_net_round_trip_and_torchvision_shapes():
-  layers = alexnet()
-  net = Network(layers)
+  table = alexnet()
+  net = Network(table)
   shapes = jax.eval_shape(net.init, jax.random.key(0), jax.ShapeDtypeStruct((3, 224, 224, 1), jnp.float32))
   rng = np.random.default_rng(0)
   params = jax.tree.map(lambda a: rng.standard_normal(a.shape, np.float32), shapes["params"])
 
-  state = to_torch(params, layers)
+  state = to_torch(params, table)
   assert {k: v.shape for k, v in state.items()} == TORCHVISION_STYLE
   assert list(state) == list(TORCHVISION_STYLE)  # layer order, weight before bias, as a torch state_dict
   assert all(v.dtype == np.float32 and v.flags.c_contiguous for v in state.values())
-  assert torch_shapes(layers) == TORCHVISION_STYLE
+  assert torch_shapes(table) == TORCHVISION_STYLE
 
   # Tower b (t=1) is the second block of outputs; fc8's tower b holds the second block of input columns.
   assert state["conv1.weight"][48 + 7, 2, 4, 9] == params["conv1"]["kernel"][1, 2, 4, 9, 7]
@@ -121,7 +121,7 @@ def test_paper_net_round_trip_and_torchvision_shapes():
   assert state["conv5.bias"][128 + 3] == params["conv5"]["bias"][1, 3]
   np.testing.assert_array_equal(state["fc8.bias"], params["fc8"]["bias"])
 
-  back = from_torch(state, layers)
+  back = from_torch(state, table)
   assert jax.tree.structure(back) == jax.tree.structure(params)
   for path, want in jax.tree_util.tree_leaves_with_path(params):
     got = back[path[0].key][path[1].key]
@@ -130,13 +130,13 @@ def test_paper_net_round_trip_and_torchvision_shapes():
 
 
 def test_any_float_dtype_and_array_like_is_accepted():
-  layers = alexnet(num_classes=10, width=0.25)
-  state = random_state(torch_shapes(layers, image_size=112))
-  want = from_torch(state, layers, image_size=112)
+  table = alexnet(num_classes=10, width=0.25)
+  state = random_state(torch_shapes(table, image_size=112))
+  want = from_torch(state, table, image_size=112)
   mixed = {k: v.astype(np.float64) for k, v in state.items()}
   mixed["conv1.bias"] = state["conv1.bias"].tolist()  # anything np.asarray takes
   mixed["conv2.bias"] = state["conv2.bias"].astype(jnp.bfloat16)
-  got = from_torch(mixed, layers, image_size=112)
+  got = from_torch(mixed, table, image_size=112)
   for name in want:
     assert got[name]["kernel"].dtype == got[name]["bias"].dtype == np.float32
     np.testing.assert_array_equal(got[name]["kernel"], want[name]["kernel"])
@@ -160,34 +160,34 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_match_the_grouped_torch_network(case):
   kw, image = CASES[case]["kw"], CASES[case]["image"]
-  towers = kw.get("towers", 2)
-  layers = alexnet(**kw)
-  state = random_state(torch_shapes(layers, towers, image))
+  table = alexnet(**kw)
+  state = random_state(torch_shapes(table, image))
   x = random_images(2, image)
 
-  want = reference_logits(state, x, towers)
-  got = our_logits(layers, towers, from_torch(state, layers, towers=towers, image_size=image), x)
-  assert got.shape == want.shape == (2, layers[-1].filters)
+  want = reference_logits(state, x, table.towers)
+  got = our_logits(table, from_torch(state, table, image_size=image), x)
+  assert got.shape == want.shape == (2, table.layers[-1].filters)
   assert_logits_close(got, want)
 
   # The check can see a mistake of the kind it guards against: LRN across the tower boundary moves the logits.
-  mixed = reference_logits(state, x, towers, lrn_groups=1)
+  mixed = reference_logits(state, x, table.towers, lrn_groups=1)
   assert np.abs(mixed - want).max() > 100 * 1e-4 * np.abs(want).max()
 
 
 # 3. Sharded parameters convert as host ones do.
 
 def test_sharded_params_give_the_same_dict():
-  layers = alexnet(num_classes=10, width=0.25)
-  state = random_state(torch_shapes(layers, image_size=112))
-  params = from_torch(state, layers, image_size=112)
+  table = alexnet(num_classes=10, width=0.25)
+  state = random_state(torch_shapes(table, image_size=112))
+  params = from_torch(state, table, image_size=112)
   mesh = parallel.make_mesh(model=2)
-  sharded = parallel.shard_params(mesh, layers, params)
+  net = Network(table, weight_init="he")
+  sharded = parallel.shard_params(mesh, net, params)
   assert len(sharded["conv2"]["kernel"].addressable_shards) == 2
   assert sharded["conv2"]["kernel"].addressable_shards[0].data.shape[0] == 1  # one tower per device
 
-  got = to_torch(sharded, layers)
-  want = to_torch(params, layers)
+  got = to_torch(sharded, table)
+  want = to_torch(params, table)
   assert list(got) == list(want)
   for key in want:
     assert isinstance(got[key], np.ndarray) and got[key].dtype == np.float32, key
@@ -196,26 +196,25 @@ def test_sharded_params_give_the_same_dict():
 
   # And the two-device model computes the torch network's logits from them.
   x = random_images(2, 112)
-  net = Network(layers, weight_init="he")
-  apply = jax.jit(parallel.sharded_apply(net, mesh, layers), static_argnums=3)
+  apply = jax.jit(parallel.sharded_apply(net, mesh), static_argnums=3)
   logits = np.asarray(apply(sharded, jnp.asarray(x.transpose(1, 2, 3, 0), jnp.float32), jax.random.key(0), False))
   assert_logits_close(logits, reference_logits(state, x, 2))
 
 
 # 4. Bad input.
 
-def small():
-  layers = alexnet(num_classes=10, width=0.25)
-  return layers, random_state(torch_shapes(layers, image_size=112))
+def small(towers=2):
+  table = alexnet(num_classes=10, width=0.25, towers=towers)
+  return table, random_state(torch_shapes(table, image_size=112))
 
 
 def test_missing_unexpected_and_misshapen_keys_are_named():
-  layers, state = small()
+  table, state = small()
   del state["conv3.bias"]
   state["features.0.weight"] = np.zeros((64, 3, 11, 11), np.float32)
   state["conv2.weight"] = np.zeros((64, 24, 5, 5), np.float32)  # groups=1 instead of 2
   with pytest.raises(ValueError) as e:
-    from_torch(state, layers, image_size=112)
+    from_torch(state, table, image_size=112)
   message = str(e.value)
   assert "conv3.bias: missing, expected shape (96,)" in message
   assert "features.0.weight: unexpected key" in message
@@ -223,32 +222,32 @@ def test_missing_unexpected_and_misshapen_keys_are_named():
 
 
 def test_wrong_image_size_is_a_shape_error_at_fc6():
-  layers, state = small()
+  table, state = small()
   with pytest.raises(ValueError, match=r"fc6.weight: expected shape \(1024, 576\), got \(1024, 256\)"):
-    from_torch(state, layers, image_size=140)  # pool5 3×3 instead of 2×2
+    from_torch(state, table, image_size=140)  # pool5 3×3 instead of 2×2
 
 
 def test_wrong_tower_count_and_integer_weights_are_refused():
-  layers, state = small()
+  table, state = small()
   with pytest.raises(ValueError, match=r"conv2.weight: expected shape \(64, 6, 5, 5\), got \(64, 12, 5, 5\)"):
-    from_torch(state, layers, towers=4, image_size=112)
+    from_torch(state, small(towers=4)[0], image_size=112)
   state["fc8.bias"] = np.zeros(10, np.int32)
   with pytest.raises(ValueError, match="fc8.bias: expected a floating-point array, got dtype int32"):
-    from_torch(state, layers, image_size=112)
+    from_torch(state, table, image_size=112)
 
 
 def test_to_torch_names_missing_and_unknown_layers():
-  layers, state = small()
-  params = from_torch(state, layers, image_size=112)
+  table, state = small()
+  params = from_torch(state, table, image_size=112)
   params["conv9"] = params.pop("conv4")
   params["fc7"] = {"kernel": params["fc7"]["kernel"]}
   with pytest.raises(ValueError) as e:
-    to_torch(params, layers)
+    to_torch(params, table)
   message = str(e.value)
   assert "conv9: parameters of a layer the table does not have" in message
   assert "conv4: expected parameters 'kernel' and 'bias', got []" in message
   assert "fc7: expected parameters 'kernel' and 'bias', got ['kernel']" in message
-  params = from_torch(state, layers, image_size=112)
+  params = from_torch(state, table, image_size=112)
   params["fc8"]["bias"] = np.zeros((2, 5), np.float32)
   with pytest.raises(ValueError, match=r"fc8: expected a 3-d kernel and bias \(10,\), got kernel \(2, 512, 10\)"):
-    to_torch(params, layers)
+    to_torch(params, table)

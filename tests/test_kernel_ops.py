@@ -152,8 +152,8 @@ def test_two_tower_model_on_two_devices_runs_the_kernels():
   results = []
   for backend in ("xla", "interpret"):
     net = Network(layers, weight_init="he", backend=backend)
-    params = parallel.shard_params(mesh, layers, net.init(jax.random.key(0), x)["params"])
-    apply = parallel.sharded_apply(net, mesh, layers)
+    params = parallel.shard_params(mesh, net, net.init(jax.random.key(0), x)["params"])
+    apply = parallel.sharded_apply(net, mesh)
     with jax.default_matmul_precision("highest"):
       results.append(jax.jit(jax.value_and_grad(lambda p: (apply(p, x, jax.random.key(2), True) ** 2).mean()))(
           params))

@@ -1,12 +1,13 @@
-"""The paper's network: its size, its layer shapes and its initialisation."""
+"""The paper's network: its size, its layer shapes and its initialisation; and what a table refuses."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from alexnet_jax.layer_shapes import ConvShape, alexnet_convs, alexnet_maps
 from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer, alexnet, get_network
+from alexnet_jax.networks import Layer, Table, alexnet, get_network
 
 
 def paper_params(key=None, init="paper"):
@@ -60,16 +61,56 @@ def test_he_initialisation_scales_by_fan_in():
   assert float(jnp.abs(params["fc6"]["bias"]).max()) == 0.0
 
 
-def test_width_and_classes_scale_the_table():
-  layers = alexnet(num_classes=10, width=0.25)
-  filters = {layer.name: layer.filters for layer in layers if layer.filters}
+def test_per_tower_shapes_for_the_kernels_follow_the_paper():
+  # What scripts/verify_kernels.py and bench_kernels.py run: one tower's share, traced from the table.
+  n = 128
+  assert alexnet_convs(n) == [
+      ConvShape("conv1", (3, 224, 224, n), (3, 11, 11, 48), 4, 2),
+      ConvShape("conv2", (48, 27, 27, n), (48, 5, 5, 128), 1, 2),
+      ConvShape("conv3", (256, 13, 13, n), (256, 3, 3, 192), 1, 1),  # reads both towers' maps
+      ConvShape("conv4", (192, 13, 13, n), (192, 3, 3, 192), 1, 1),
+      ConvShape("conv5", (192, 13, 13, n), (192, 3, 3, 128), 1, 1)]
+  assert alexnet_maps(n) == {"lrn1": (48, 55, 55, n), "pool1": (48, 55, 55, n), "lrn2": (128, 27, 27, n),
+                             "pool2": (128, 27, 27, n), "pool5": (128, 13, 13, n)}
+
+
+def test_width_classes_and_lrn_convention_scale_the_table():
+  table = alexnet(num_classes=10, width=0.25, towers=4, lrn_alpha_over_n=True)
+  filters = {layer.name: layer.filters for layer in table.layers if layer.filters}
   assert filters == dict(conv1=24, conv2=64, conv3=96, conv4=96, conv5=64, fc6=1024, fc7=1024, fc8=10)
+  assert table.towers == 4
+  lrns = [(layer.size, layer.k, layer.alpha, layer.beta, layer.alpha_over_n) for layer in table.layers
+          if layer.kind == "lrn"]
+  assert lrns == [(5, 2.0, 1e-4, 0.75, True)] * 2
+
+
+def test_lrn_constants_come_from_the_layer():
+  # α/n on the layer gives a different network than the paper's α: the model reads the layer, not a default.
+  x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
+  logits = []
+  for alpha_over_n in (False, True):
+    net = Network(alexnet(num_classes=10, width=0.25, lrn_alpha_over_n=alpha_over_n), weight_init="he")
+    logits.append(net.apply(net.init(jax.random.key(1), x), x))
+  assert float(jnp.abs(logits[0] - logits[1]).max()) > 1e-3 * float(jnp.abs(logits[0]).max())
 
 
 def test_bad_tables_and_names_are_refused():
-  with pytest.raises(ValueError, match="unknown network"):
+  with pytest.raises(ValueError, match="unknown network 'lenet'; choose one of .*alexnet"):
     get_network("lenet")
   with pytest.raises(ValueError, match="unknown kind"):
     Layer("x", "deconv")
   with pytest.raises(ValueError, match="split='sum'"):
     Layer("x", "conv", filters=4, split="sum")
+  with pytest.raises(ValueError, match="LRN layer needs size ≥ 1, k > 0 and beta > 0"):
+    Layer("x", "lrn", size=5)
+  conv, fc = Layer("c", "conv", filters=6, size=3), Layer("f", "fc", filters=10, split="sum")
+  with pytest.raises(ValueError, match="6 filters do not split over 4 towers"):
+    Table((conv, fc), towers=4)
+  with pytest.raises(ValueError, match="must end with fc layers"):
+    Table((conv, fc, Layer("p", "pool", size=2)))
+  with pytest.raises(ValueError, match="split='sum' needs per-tower inputs"):
+    Table((fc,))
+  with pytest.raises(ValueError, match="an fc layer reading its own tower needs split='sum'"):
+    Table((conv, Layer("f", "fc", filters=10)))
+  with pytest.raises(ValueError, match="unique"):
+    Table((conv, conv, fc))

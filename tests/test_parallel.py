@@ -2,6 +2,7 @@
 the paper's GPUs talked (conv3, fc6, fc7, fc8)."""
 
 import functools
+import re
 
 import jax
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 
 from alexnet_jax import hlo, parallel, train
 from alexnet_jax.config import paper_config
+from alexnet_jax.layer_shapes import traced_shapes
 from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer, alexnet
+from alexnet_jax.networks import Layer, Table, alexnet
 
 B = 4
 
@@ -23,13 +25,13 @@ def small_config(**changes):
   return c
 
 
-def logits_and_grads(model_devices, train_mode, layers=alexnet(num_classes=10, width=0.25), size=112):
-  net = Network(layers, weight_init="he")
+def logits_and_grads(model_devices, train_mode, table=alexnet(num_classes=10, width=0.25), size=112):
+  net = Network(table, weight_init="he")
   x = jax.random.normal(jax.random.key(1), (3, size, size, B))
   params = net.init(jax.random.key(0), x)["params"]
   mesh = parallel.make_mesh(model=model_devices)
-  apply = parallel.sharded_apply(net, mesh, layers)
-  params = parallel.shard_params(mesh, layers, params)
+  apply = parallel.sharded_apply(net, mesh)
+  params = parallel.shard_params(mesh, net, params)
 
   def loss(p):
     logits = apply(p, x, jax.random.key(3), train_mode)
@@ -52,31 +54,39 @@ def test_two_devices_match_one_device(train_mode):
 
 def test_last_layer_split_over_towers_is_gathered_whole():
   # A table whose classifier splits its outputs over the towers (not AlexNet's fc8): logits are gathered at the end.
-  layers = (Layer("conv1", "conv", filters=8, size=3, stride=2), Layer("conv2", "conv", filters=8, size=3),
-            Layer("fc", "fc", filters=10, inputs="all", relu=False))
-  logits1, grads1 = logits_and_grads(1, False, layers, 17)
-  logits2, grads2 = logits_and_grads(2, False, layers, 17)
+  table = Table((Layer("conv1", "conv", filters=8, size=3, stride=2), Layer("conv2", "conv", filters=8, size=3),
+                 Layer("fc", "fc", filters=10, inputs="all", relu=False)))
+  logits1, grads1 = logits_and_grads(1, False, table, 17)
+  logits2, grads2 = logits_and_grads(2, False, table, 17)
   np.testing.assert_allclose(logits2, logits1, rtol=1e-5, atol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), grads2, grads1)
 
 
-def compiled_train_step(config):
+def lowered_train_step(config):
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, config, jax.random.key(0))
   s = config.image_size
   batch = train.put_batch(setup.mesh, train.random_batch(B, s, 10))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
-  return setup, step.lower(state, batch, jax.random.key(0)).compile().as_text()
+  return setup, state, step.lower(state, batch, jax.random.key(0))
+
+
+def compiled_train_step(config):
+  setup, _, lowered = lowered_train_step(config)
+  return setup, lowered.compile().as_text()
 
 
 def test_collectives_only_at_conv3_and_the_fc_layers():
   setup, text = compiled_train_step(small_config())
-  names = [layer.name for layer in setup.layers]
+  names = [layer.name for layer in setup.net.table.layers]
   moving = [c for c in hlo.collectives(text) if c.group_size > 1]
   found = sorted((c.layer(names), c.kind, c.bytes) for c in moving)
-  # Analytically, at 112×112 and width 1/4: pool2 is 2 towers × 32 maps × 6×6, pool5 2 × 32 × 2×2, fc6 2 × 512.
-  f32 = 4
-  pool2, pool5, fc6, logits = 64 * 6 * 6 * B * f32, 64 * 2 * 2 * B * f32, 1024 * B * f32, 10 * B * f32
+  # What each gather moves is what the layer reads, both towers' maps (at 112×112 and width 1/4: pool2 2 towers ×
+  # 32 maps × 6×6, pool5 2 × 32 × 2×2, fc6 2 × 512); fc8 all-reduces the logits.
+  _, inputs = traced_shapes(setup.net.table, 112, B)
+  pool2, pool5, fc6 = (np.prod(inputs[name]) * 4 for name in ("conv3", "fc6", "fc7"))
+  logits = setup.net.table.layers[-1].filters * B * 4
+  assert pool2 == 64 * 6 * 6 * B * 4  # the table is the one the comment describes
   assert found == sorted([
       ("conv3", "all-gather", pool2), ("conv3", "reduce-scatter", pool2),  # forward gather, its gradient
       ("fc6", "all-gather", pool5), ("fc6", "reduce-scatter", pool5),
@@ -84,6 +94,37 @@ def test_collectives_only_at_conv3_and_the_fc_layers():
       ("fc8", "all-reduce", logits),  # partial logits of each tower summed
   ])
   assert all(c.group_size == 2 for c in moving)
+
+
+def test_momentum_lives_with_its_weight():
+  setup, state, _ = lowered_train_step(small_config())
+  for name in ("conv2", "fc8"):
+    for leaf in ("kernel", "bias"):
+      weight, momentum = state.params[name][leaf], state.opt_state[1][0].trace[name][leaf]
+      assert momentum.sharding == weight.sharding, (name, leaf)
+  assert state.params["conv2"]["kernel"].sharding.spec == jax.sharding.PartitionSpec("model")
+  assert state.params["fc8"]["bias"].sharding.spec == jax.sharding.PartitionSpec()  # one bias for the summed layer
+  assert state.step.sharding.is_fully_replicated
+
+
+def test_bfloat16_export_for_tpu_keeps_its_collectives_in_bfloat16():
+  # XLA:CPU needs the gather's gradient (a reduce-scatter) in float32; a program traced here for another platform
+  # must not carry that workaround.
+  setup = train.make_setup(small_config(dtype="bfloat16"), 10, 1000)
+  state = train.create_train_state(setup, small_config(), jax.random.key(0))
+  forward = train.logits_fn(setup)
+  images = jax.ShapeDtypeStruct((B, 112, 112, 3), np.float32)
+  grad = jax.jit(jax.grad(lambda p, x: forward(p, x, jax.random.key(0), True).sum()))
+
+  def collectives(platform):
+    """{op: the element type of each of its results}; a reduce_scatter's type follows its body, lines later."""
+    text = jax.export.export(grad, platforms=[platform])(state.params, images).mlir_module()
+    return {op: re.findall(rf'"stablehlo.{op}"\(.*?[)>] : \(tensor<[^>]*>\) -> tensor<[0-9x]*x(\w+)>', text, re.S)
+            for op in ("all_gather", "reduce_scatter")}
+
+  # conv3, fc6 and fc7 read across towers: a gather each, and its gradient.
+  assert collectives("tpu") == dict(all_gather=["bf16"] * 3, reduce_scatter=["bf16"] * 3)
+  assert collectives("cpu") == dict(all_gather=["bf16"] * 3, reduce_scatter=["f32"] * 3)
 
 
 def test_one_device_mesh_compiles_no_collective():

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -128,6 +129,48 @@ def test_checkpoint_of_another_network_or_input_order_is_refused(tmp_path):
     train.train_and_evaluate(demo_config(batch_size=16, num_epochs=0.1), str(tmp_path))
 
 
+CUSTOM_NETWORK_CONFIG = """
+from alexnet_jax import networks
+from alexnet_jax.config import paper_config
+from alexnet_jax.networks import Layer, Table
+
+
+@networks.register("tiny_test_net")
+def tiny(*, num_classes, width, towers, lrn_alpha_over_n):
+  return Table((
+      Layer("conv1", "conv", filters=round(16 * width), size=5, stride=2),
+      Layer("norm1", "lrn", size=3, k=1.0, alpha=1e-3, beta=0.75, alpha_over_n=lrn_alpha_over_n),
+      Layer("pool1", "pool", size=3, stride=2),
+      Layer("fc2", "fc", filters=num_classes, split="sum", relu=False)), towers)
+
+
+def get_config():
+  c = paper_config()
+  c.network, c.weight_init, c.image_size, c.batch_size, c.learning_rate = "tiny_test_net", "he", 32, 16, 0.02
+  c.dataset.name, c.dataset.num_classes, c.dataset.num_train_examples = "procedural", 10, 320
+  return c
+"""
+
+
+def test_a_config_file_can_define_and_register_its_own_network(tmp_path):
+  path = tmp_path / "tiny.py"
+  path.write_text(CUSTOM_NETWORK_CONFIG)
+  config = validate(runpy.run_path(str(path))["get_config"]())
+  setup = train.make_setup(config, 10, 320)
+  assert [layer.name for layer in setup.net.table.layers] == ["conv1", "norm1", "pool1", "fc2"]
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  assert state.params["conv1"]["kernel"].shape == (2, 3, 5, 5, 8)
+  assert len(state.params["conv1"]["kernel"].sharding.device_set) == 2  # a tower per device
+  batch = train.put_batch(setup.mesh, first_batch(config, 16))
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  losses = []
+  for _ in range(4):
+    state, m = step(state, batch, jax.random.key(1))
+    losses.append(float(m["loss"]) / float(m["count"]))
+  assert losses[-1] < losses[0], losses
+  runpy.run_path(str(path))  # loading the config file again (as each script does) re-registers the same network
+
+
 def test_metrics_count_top1_and_top5_hits_on_known_logits():
   logits = np.array([[9, 8, 7, 6, 5, 4, 0], [0, 1, 2, 3, 4, 5, 6], [1, 1, 1, 1, 1, 1, 9]], np.float32)
   labels = np.array([0, 1, 2])  # ranks 1, 6 and 4 (top_k breaks ties by index: 6, 0, 1, 2, 3)
@@ -166,11 +209,13 @@ def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
 
 
 def test_bad_config_and_input_get_one_clear_error():
-  bad = demo_config()
-  bad.unlock()
-  bad.lerning_rate = 0.1
-  with pytest.raises(ValueError, match="unknown config key 'lerning_rate'"):
-    validate(bad)
+  # paper_config() is locked: a mistyped key is refused where it is set, with the key it was probably meant to be.
+  with pytest.raises(AttributeError, match='(?s)"lerning_rate" does not exist.*Did you mean "learning_rate"'):
+    demo_config().lerning_rate = 0.1
+  with pytest.raises(AttributeError, match='(?s)"nme" does not exist.*Did you mean "name"'):
+    demo_config().dataset.nme = "folder"
+  with pytest.raises(ValueError, match="config.network='lenet' is not one of 'alexnet'"):
+    validate(demo_config(network="lenet"))
   with pytest.raises(ValueError, match="config.dtype"):
     validate(demo_config(dtype="float8"))
   with pytest.raises(ValueError, match=r"expected uint8 images of shape \(N, 96, 96, 3\)"):
