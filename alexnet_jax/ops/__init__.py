@@ -10,10 +10,10 @@ runs XLA's GEMM on every backend (it checks the name only), and dropout has no b
 from alexnet_jax.ops.backend import BACKENDS, check_backend
 from alexnet_jax.ops.conv import conv2d, conv2d_reference
 from alexnet_jax.ops.dense import dense, dense_reference, dropout
-from alexnet_jax.ops.lrn import LRN_PAPER, lrn, lrn_reference
+from alexnet_jax.ops.lrn import lrn, lrn_reference
 from alexnet_jax.ops.pool import max_pool, max_pool_reference
 
 __all__ = [
-    "BACKENDS", "LRN_PAPER", "check_backend", "conv2d", "conv2d_reference", "dense", "dense_reference", "dropout",
+    "BACKENDS", "check_backend", "conv2d", "conv2d_reference", "dense", "dense_reference", "dropout",
     "lrn", "lrn_reference", "max_pool", "max_pool_reference",
 ]

@@ -18,9 +18,6 @@ from jax import lax
 from alexnet_jax.ops.backend import accumulator, dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 
-LRN_PAPER = dict(k=2.0, n=5, alpha=1e-4, beta=0.75)
-
-
 def _window_sum(v, n, groups):
   """Σ over each channel's window within its group."""
   before, after = n // 2, (n - 1) // 2
