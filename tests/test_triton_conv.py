@@ -185,13 +185,22 @@ def test_nan_reaches_exactly_its_receptive_field(shape):
   np.testing.assert_array_equal(np.isnan(dw), np.isnan(want_dw))
 
 
-ALEXNET = [  # (x_shape, w_shape, stride, padding, groups) at batch 128, the two towers on one device
-    ((3, 224, 224, 128), (3, 11, 11, 96), 4, 2, 1),
-    ((96, 27, 27, 128), (48, 5, 5, 256), 1, 2, 2),
-    ((256, 13, 13, 128), (256, 3, 3, 384), 1, 1, 1),
-    ((384, 13, 13, 128), (192, 3, 3, 384), 1, 1, 2),
-    ((384, 13, 13, 128), (192, 3, 3, 256), 1, 1, 2),
-]
+def alexnet_grouped(batch=128):
+  """(x_shape, w_shape, stride, padding, groups) of each conv layer with the two towers on one device, traced from
+  the paper's table: a tower reading only its own maps is a group."""
+  from alexnet_jax.layer_shapes import traced_shapes  # noqa: PLC0415
+  from alexnet_jax.networks import alexnet  # noqa: PLC0415
+
+  table = alexnet()
+  params, inputs = traced_shapes(table, 224, batch)
+  for layer in table.layers:
+    if layer.kind == "conv":
+      towers, cin, kh, kw, f = params[layer.name]["kernel"]
+      x_shape = inputs[layer.name]
+      yield x_shape, (cin, kh, kw, towers * f), layer.stride, layer.padding, x_shape[0] // cin
+
+
+ALEXNET = list(alexnet_grouped())
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", ALEXNET)
