@@ -35,7 +35,7 @@ def test_deterministic_and_independent_of_start_count():
   x2, y2 = P.generate(4, "train", 0, 30, 40)
   np.testing.assert_array_equal(x, x2)
   np.testing.assert_array_equal(y, y2)
-  # Includes windows that straddle the generator's internal 8-image chunks.
+  # Windows that start, end and straddle anywhere: each example draws from its own generator.
   for start, count in [(5, 3), (7, 10), (29, 1), (13, 17)]:
     xs, ys = P.generate(4, "train", start, count, 40)
     np.testing.assert_array_equal(xs, x[start:start + count])
