@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import augment, get_dataset, iterate, procedural, sources, train_batches
+from alexnet_jax.data import augment, get_dataset, iterate, prepare, procedural, sources, train_batches
 
 MODEL_IMAGES_PER_S = 36_472  # 2×H200, paper net, bf16, Triton kernels (docs/BENCHMARKS.md, bench_step.py)
 SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (400, 300))  # (width, height) of typical ImageNet photos
@@ -98,7 +98,7 @@ def main():
     for size in args.sizes.split(","):
       data_dir = root if size == "full" else os.path.join(tmp, size)
       if size != "full":
-        sources.resize_folder(root, data_dir, int(size))
+        prepare.resize_folder(root, data_dir, int(size))
       config = paper_config()
       config.dataset.update(dict(name="folder", data_dir=data_dir, eval_split="validation"))
       dataset = get_dataset(config)
