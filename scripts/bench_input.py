@@ -57,7 +57,7 @@ def stage_times(dataset, n: int = 64) -> dict:
   crops = [augment.random_crop_flip(x, dataset.image_size, rng) for x in resized]
   t["crop+flip"] = time.perf_counter() - start
   start = time.perf_counter()
-  [augment.pca_shift(rng, dataset.eigval, dataset.eigvec) for _ in crops]
+  [augment.pca_shift(rng, dataset.statistics.eigval, dataset.statistics.eigvec, dataset.pca_sigma) for _ in crops]
   t["pca shift"] = time.perf_counter() - start
   return {k: 1e3 * v / len(files) for k, v in t.items()}
 

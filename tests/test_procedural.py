@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from alexnet_jax.data import procedural as P
-from alexnet_jax.data.pipeline import image_statistics
 from alexnet_jax.data.sources import ProceduralSource
+from alexnet_jax.data.statistics import measure
 
 
 def test_class_names():
@@ -62,11 +62,11 @@ def test_pipeline_statistics_from_a_sample_match_all_pixels():
   # The pipeline normalises with statistics of a subsampled set of images; they must hold for the whole split.
   x, _ = P.generate(5, "test", 0, 600, 64)
   x = x.astype(np.float64)
-  mean, std, eigval, eigvec = image_statistics(ProceduralSource(5, "train", 64, 3000))
-  np.testing.assert_allclose(mean, x.mean((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(std, x.std((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace is total variance
-  np.testing.assert_allclose(eigvec.T @ eigvec, np.eye(3), atol=1e-5)
+  stats = measure(ProceduralSource(5, "train", 64, 3000))
+  np.testing.assert_allclose(stats.mean, x.mean((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(stats.std, x.std((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(stats.eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace: total variance
+  np.testing.assert_allclose(stats.eigvec.T @ stats.eigvec, np.eye(3), atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, message", [
