@@ -82,9 +82,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
   if config.dataset.threads < 1:
     raise ValueError(f"config.dataset.threads must be ≥ 1, got {config.dataset.threads!r}")
-  if config.dataset.name != "procedural" and config.dataset.resize < config.image_size:
-    raise ValueError(f"config.dataset.resize={config.dataset.resize} must be ≥ config.image_size={config.image_size}"
-                     " (images are resized, then cropped)")
   for key in ("batch_size", "eval_batch_size", "towers", "image_size", "log_every_steps", "eval_every_steps",
               "checkpoint_every_steps", "checkpoints_to_keep"):
     if int(config[key]) < 1:

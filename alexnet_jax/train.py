@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from alexnet_jax import checkpoints, parallel, pictures
 from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
-from alexnet_jax.data.pipeline import IMAGENET_MEAN, IMAGENET_STD
+from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
 from alexnet_jax.networks import get_network
@@ -49,7 +49,7 @@ class Setup:
   std: tuple
 
 
-def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> Setup:
+def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std=IMAGENET.std) -> Setup:
   table = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
                       lrn_alpha_over_n=config.lrn_alpha_over_n)
   if table.towers != config.towers:
@@ -169,7 +169,6 @@ def summarise(sums: dict) -> dict:
 def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
   total = None
   for batch in eval_batches(dataset, config.eval_batch_size, crops, config.dataset.threads):
-    del batch["skipped"]
     m = p_eval_step(state, put_batch(mesh, batch))
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   total = jax.device_get(total)
@@ -180,7 +179,7 @@ def restore_newest(config, workdir: str):
   """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
   config = validate(config)
   dataset = get_dataset(config)
-  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.mean, dataset.std)
+  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
   manager = checkpoints.manager(workdir, config)
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
@@ -199,7 +198,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir`; returns the final eval metrics."""
   config = validate(config)
   dataset = get_dataset(config)
-  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.mean, dataset.std)
+  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
   key = jax.random.key(config.seed)
   state = create_train_state(setup, config, key)
   manager = checkpoints.manager(workdir, config)
@@ -221,8 +220,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
   for step in range(start, setup.total_steps):
-    batch = next(host_batches)
-    skipped += int(batch.pop("skipped").sum())
+    batch, skipped_here = next(host_batches)
+    skipped += skipped_here
     check_batch(batch, config)
     state, m = p_train_step(state, put_batch(setup.mesh, batch), key)
     lr = m.pop("learning_rate")

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import augment, get_dataset, iterate, procedural, sources, train_batches
+from alexnet_jax.data import augment, get_dataset, iterate, prepare, procedural, sources, train_batches
 
 MODEL_IMAGES_PER_S = 36_472  # 2×H200, paper net, bf16, Triton kernels (docs/BENCHMARKS.md, bench_step.py)
 SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (400, 300))  # (width, height) of typical ImageNet photos
@@ -57,7 +57,7 @@ def stage_times(dataset, n: int = 64) -> dict:
   crops = [augment.random_crop_flip(x, dataset.image_size, rng) for x in resized]
   t["crop+flip"] = time.perf_counter() - start
   start = time.perf_counter()
-  [augment.pca_shift(rng, dataset.eigval, dataset.eigvec) for _ in crops]
+  [augment.pca_shift(rng, dataset.statistics.eigval, dataset.statistics.eigvec, dataset.pca_sigma) for _ in crops]
   t["pca shift"] = time.perf_counter() - start
   return {k: 1e3 * v / len(files) for k, v in t.items()}
 
@@ -98,7 +98,7 @@ def main():
     for size in args.sizes.split(","):
       data_dir = root if size == "full" else os.path.join(tmp, size)
       if size != "full":
-        sources.resize_folder(root, data_dir, int(size))
+        prepare.resize_folder(root, data_dir, int(size))
       config = paper_config()
       config.dataset.update(dict(name="folder", data_dir=data_dir, eval_split="validation"))
       dataset = get_dataset(config)

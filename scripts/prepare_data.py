@@ -54,7 +54,8 @@ def main(argv):
     return
   if not f.out_dir:
     sys.exit("error: --name=folder needs --out_dir, where the resized copy goes")
-  from alexnet_jax.data.sources import DataError, resize_folder  # noqa: PLC0415
+  from alexnet_jax.data import DataError  # noqa: PLC0415
+  from alexnet_jax.data.prepare import resize_folder  # noqa: PLC0415
 
   try:
     written, errors = resize_folder(f.data_dir, f.out_dir, f.resize)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from alexnet_jax.data import augment
+from alexnet_jax.data import augment, statistics
 
 
 def test_resize_then_random_crop_and_flip_stay_inside_the_image():
@@ -40,18 +40,22 @@ def test_ten_crops_are_the_corners_the_centre_and_their_mirrors():
 
 def test_pca_noise_shifts_colour_with_the_eigen_covariance():
   rng = np.random.default_rng(1)
-  image = np.full((2, 2, 3), 0.5, np.float32)
-  shifts = np.stack([augment.pca_shift(rng) for _ in range(20000)])
-  # One shift per image (every pixel moves alike), zero mean, covariance P diag((σλ)²) Pᵀ.
-  want = augment.IMAGENET_EIGVEC @ np.diag((0.1 * augment.IMAGENET_EIGVAL) ** 2) @ augment.IMAGENET_EIGVEC.T
+  eigval, eigvec, sigma = statistics.IMAGENET.eigval, statistics.IMAGENET.eigvec, 0.1
+  shifts = np.stack([augment.pca_shift(rng, eigval, eigvec, sigma) for _ in range(20000)])
+  assert shifts.shape == (20000, 3) and shifts.dtype == np.float32  # one RGB shift per image
+  # Zero mean and covariance P diag((σλ)²) Pᵀ: along each eigenvector p_i, independent noise of std σλ_i.
   np.testing.assert_allclose(shifts.mean(0), 0, atol=5e-4)
-  np.testing.assert_allclose(np.cov(shifts, rowvar=False), want, atol=2e-5)
+  np.testing.assert_allclose(np.cov(shifts, rowvar=False), eigvec @ np.diag((sigma * eigval) ** 2) @ eigvec.T,
+                             atol=2e-5)
+  along = shifts @ eigvec
+  np.testing.assert_allclose(along.std(0), sigma * eigval, rtol=0.03)
+  np.testing.assert_allclose(np.corrcoef(along, rowvar=False), np.eye(3), atol=0.03)
 
 
 def test_pca_basis_from_data_recovers_the_colour_axes():
   rng = np.random.default_rng(2)
   grey = rng.normal(0, 0.2, (50000, 1)) * np.ones(3) / np.sqrt(3)  # most variance along the grey axis
   pixels = 0.5 + grey + rng.normal(0, 0.02, (50000, 3))
-  eigval, eigvec = augment.pca_basis(pixels)
+  eigval, eigvec = statistics.pca_basis(pixels)
   assert eigval[0] > 10 * eigval[1] and eigval[1] >= eigval[2]
   assert abs(abs(eigvec[:, 0] @ (np.ones(3) / np.sqrt(3))) - 1) < 1e-3

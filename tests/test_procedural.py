@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from alexnet_jax.data import procedural as P
-from alexnet_jax.data.pipeline import image_statistics
 from alexnet_jax.data.sources import ProceduralSource
+from alexnet_jax.data.statistics import measure
 
 
 def test_class_names():
@@ -35,7 +35,7 @@ def test_deterministic_and_independent_of_start_count():
   x2, y2 = P.generate(4, "train", 0, 30, 40)
   np.testing.assert_array_equal(x, x2)
   np.testing.assert_array_equal(y, y2)
-  # Includes windows that straddle the generator's internal 8-image chunks.
+  # Windows that start, end and straddle anywhere: each example draws from its own generator.
   for start, count in [(5, 3), (7, 10), (29, 1), (13, 17)]:
     xs, ys = P.generate(4, "train", start, count, 40)
     np.testing.assert_array_equal(xs, x[start:start + count])
@@ -62,11 +62,11 @@ def test_pipeline_statistics_from_a_sample_match_all_pixels():
   # The pipeline normalises with statistics of a subsampled set of images; they must hold for the whole split.
   x, _ = P.generate(5, "test", 0, 600, 64)
   x = x.astype(np.float64)
-  mean, std, eigval, eigvec = image_statistics(ProceduralSource(5, "train", 64, 3000))
-  np.testing.assert_allclose(mean, x.mean((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(std, x.std((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace is total variance
-  np.testing.assert_allclose(eigvec.T @ eigvec, np.eye(3), atol=1e-5)
+  stats = measure(ProceduralSource(5, "train", 64, 3000))
+  np.testing.assert_allclose(stats.mean, x.mean((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(stats.std, x.std((0, 1, 2)), atol=0.02)
+  np.testing.assert_allclose(stats.eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace: total variance
+  np.testing.assert_allclose(stats.eigvec.T @ stats.eigvec, np.eye(3), atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, message", [

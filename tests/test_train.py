@@ -20,8 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def first_batch(config, size):
-  batch = train_batches(get_dataset(config), size)[0]
-  del batch["skipped"]
+  batch, _ = train_batches(get_dataset(config), size)[0]
   return batch
 
 

@@ -10,25 +10,10 @@ softmax outputs are averaged.
 import numpy as np
 from PIL import Image
 
-# ImageNet's RGB pixel covariance in [0, 1] units (the values used since AlexNet's reimplementations): eigenvalues
-# and, as columns, eigenvectors.
-IMAGENET_EIGVAL = np.array([0.2175, 0.0188, 0.0045], np.float32)
-IMAGENET_EIGVEC = np.array([[-0.5675, 0.7192, 0.4009],
-                            [-0.5808, -0.0045, -0.8140],
-                            [-0.5836, -0.6948, 0.4203]], np.float32)
 
-
-def pca_basis(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """(eigenvalues, eigenvectors as columns) of the RGB covariance of `images` (…, 3) in [0, 1], largest first."""
-  pixels = np.asarray(images, np.float64).reshape(-1, 3)
-  eigval, eigvec = np.linalg.eigh(np.cov(pixels, rowvar=False))
-  order = np.argsort(eigval)[::-1]
-  return eigval[order].astype(np.float32), eigvec[:, order].astype(np.float32)
-
-
-def pca_shift(rng: np.random.Generator, eigval=IMAGENET_EIGVAL, eigvec=IMAGENET_EIGVEC,
-              sigma: float = 0.1) -> np.ndarray:
-  """The (3,) colour shift, in [0, 1] units, that one image gets on every pixel."""
+def pca_shift(rng: np.random.Generator, eigval: np.ndarray, eigvec: np.ndarray, sigma: float) -> np.ndarray:
+  """The (3,) colour shift, in [0, 1] units, that one image gets on every pixel, along a dataset's covariance basis
+  (statistics.Statistics' eigval and eigvec)."""
   alpha = rng.normal(0.0, sigma, 3).astype(np.float32)
   return eigvec @ (alpha * eigval)
 

@@ -147,31 +147,18 @@ def generate(seed: int, split: str, start: int, count: int, image_size: int) -> 
   blob_x = f32(_gauss(blob_x, blob_sx, c))
   colours = f32(np.concatenate([blob_rgb, tint[:, None], np.ones((count, 1, 3))], axis=1))
 
-  # Rendering a few images at a time keeps the working set in L2 cache,
-  # which is worth ~2x on a small CPU; the scratch buffers are reused.
-  out = np.empty((count, size, size, 3), np.float32)
-  chunk = 8
-  lum = np.empty((chunk, size, size), np.float32)
-  weights = np.empty((chunk, _NUM_BLOBS + 2, size, size), np.float32)
+  out = _render(wave_y, wave_x, window_y, window_x, ramp_y, ramp_x, blob_y, blob_x, colours)
   bank = _noise_bank(size)
-  for s0 in range(0, count, chunk):
-    sl = slice(s0, min(s0 + chunk, count))
-    m = sl.stop - s0
-    _render(wave_y[sl], wave_x[sl], window_y[sl], window_x[sl], ramp_y[sl], ramp_x[sl], blob_y[sl], blob_x[sl],
-            colours[sl], lum[:m], weights[:m], out[sl])
-    for n in range(sl.start, sl.stop):
-      oy, ox = offsets[n]
-      out[n] += bank[oy:oy + size, ox:ox + size] * np.float32(noise_amp[n])
-    np.clip(out[sl], 0.0, 1.0, out=out[sl])
-  return out, labels
+  for n, (oy, ox) in enumerate(offsets):
+    out[n] += bank[oy:oy + size, ox:ox + size] * np.float32(noise_amp[n])
+  return np.clip(out, 0.0, 1.0, out=out), labels
 
 
-def _render(wave_y, wave_x, window_y, window_x, ramp_y, ramp_x, blob_y, blob_x, colours, lum, weights, out):
-  """Pixels of a few images from their separable factors, into out (n, H, W, 3)."""
-  n, size = lum.shape[:2]
-  # Luminance: windowed grating + background + ramp, all in place.
-  np.add(wave_y[:, :, None], wave_x[:, None, :], out=lum)
-  np.sin(lum, out=lum)
+def _render(wave_y, wave_x, window_y, window_x, ramp_y, ramp_x, blob_y, blob_x, colours):
+  """Pixels (n, H, W, 3) of images from their separable factors."""
+  n, size = wave_y.shape
+  # Luminance: windowed grating + background + ramp.
+  lum = np.sin(wave_y[:, :, None] + wave_x[:, None, :])
   lum *= window_y[:, :, None]
   lum *= window_x[:, None, :]
   lum += ramp_y[:, :, None]
@@ -181,6 +168,7 @@ def _render(wave_y, wave_x, window_y, window_x, ramp_y, ramp_x, blob_y, blob_x, 
   # colours: layer j's weight is its alpha times the transparency of all
   # later layers. Doing the sum as one batched matmul that writes NHWC
   # directly avoids slow full-size broadcasts over the 3-channel axis.
+  weights = np.empty((n, _NUM_BLOBS + 2, size, size), np.float32)
   clear = weights[:, -2]  # what is left uncovered: the background's weight
   for j in reversed(range(_NUM_BLOBS)):
     alpha = np.multiply(blob_y[:, j, :, None], blob_x[:, j, None, :], out=weights[:, j])
@@ -190,5 +178,5 @@ def _render(wave_y, wave_x, window_y, window_x, ramp_y, ramp_x, blob_y, blob_x, 
       alpha *= clear
       clear -= alpha  # clear *= 1 - a_j, as alpha now holds a_j * clear
   np.multiply(lum, clear, out=weights[:, -1])  # grey luminance, equal in R, G, B
-  np.matmul(weights.reshape(n, _NUM_BLOBS + 2, size * size).transpose(0, 2, 1), colours,
-            out=out.reshape(n, size * size, 3))
+  pixels = np.matmul(weights.reshape(n, _NUM_BLOBS + 2, size * size).transpose(0, 2, 1), colours)
+  return pixels.reshape(n, size, size, 3)

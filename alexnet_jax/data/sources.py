@@ -1,11 +1,14 @@
 """Random-access sources of labelled images: a tfds dataset, an image folder, the built-in procedural set.
 
-A source has `len()` and `source[i]` → {'image': (H, W, 3) uint8, 'label': int}. Grain reads sources by index from threads or worker processes, so they hold paths, not open files.
+A source has `len()` and `source[i]` → {'image': (H, W, 3) uint8, 'label': int}, and answers the two questions the
+pipeline asks of it: `resize`, the shorter side its images are resized to before the random crop (None: they come
+at the crop size and pass unaugmented), and `statistics`, its pixel statistics if it knows them (None: the pipeline
+measures them, statistics.measure). Grain reads sources by index from threads or worker processes, so they hold
+paths, not open files.
 Every source is wrapped in `SkipUnreadable`: an image that cannot be decoded is replaced by the next readable one,
-with a warning, and counted in the example's 'skipped' field (summed into the training metrics).
+with a warning, and counted in the example's 'skipped' field (summed beside each training batch into the metrics).
 """
 
-import concurrent.futures
 import dataclasses
 import io
 import logging
@@ -14,10 +17,13 @@ import os
 import numpy as np
 from PIL import Image
 
-from alexnet_jax.data import augment, procedural
+from alexnet_jax.data import procedural
+from alexnet_jax.data.statistics import IMAGENET, Statistics
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+# tfds datasets whose pixel statistics are published: the rest are measured on their training images.
+TFDS_STATISTICS = {"imagenet2012": IMAGENET}
 
 
 class DataError(ValueError):
@@ -26,7 +32,8 @@ class DataError(ValueError):
 
 def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
   """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
-  keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same crop."""
+  keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same
+  crop."""
   with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
     if min_size:
       image.draft("RGB", (min_size, min_size))
@@ -51,7 +58,9 @@ def _no_folder(root: str, split: str) -> DataError:
 class ImageFolder:
   """root/<split>/<class>/<image>: classes are the sorted directory names of root/<train_split>."""
 
-  def __init__(self, root: str, split: str, classes: tuple[str, ...], min_size: int):
+  statistics = None
+
+  def __init__(self, root: str, split: str, classes: tuple[str, ...], resize: int):
     folder = os.path.join(root, split)
     if not os.path.isdir(folder):
       raise _no_folder(root, split)
@@ -67,14 +76,14 @@ class ImageFolder:
       self.labels += [label] * len(images)
     if not self.files:
       raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {folder}/<class>/")
-    self.min_size = min_size
+    self.resize = resize
 
   def __len__(self):
     return len(self.files)
 
   def __getitem__(self, i):
     try:
-      image = decode(self.files[i], self.min_size)
+      image = decode(self.files[i], self.resize)
     except UNREADABLE as e:  # name the file: SkipUnreadable's warning sees only the index
       raise OSError(f"{self.files[i]}: {e}") from e
     return dict(image=image, label=self.labels[i])
@@ -92,7 +101,7 @@ def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
   return classes
 
 
-def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...]) -> tuple[list, int]:
+def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...], resize: int) -> tuple[list, int]:
   """([random-access source per split], number of classes) of a tfds dataset prepared as array_record in
   data_dir."""
   import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
@@ -105,7 +114,8 @@ def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...]) -> tuple[lis
   label = builder.info.features["label"] if "label" in builder.info.features else None
   if label is None or not hasattr(label, "num_classes") or "image" not in builder.info.features:
     raise DataError(f"tfds dataset {name!r} is not an image classification dataset with 'image' and 'label'")
-  return [_Tfds(_data_source(builder, name, data_dir, split)) for split in splits], label.num_classes
+  known = TFDS_STATISTICS.get(name)
+  return [_Tfds(_data_source(builder, name, data_dir, split), resize, known) for split in splits], label.num_classes
 
 
 def _data_source(builder, name: str, data_dir: str, split: str):
@@ -126,8 +136,8 @@ def _data_source(builder, name: str, data_dir: str, split: str):
 class _Tfds:
   """Keeps only image and label of a tfds example (ids and file names would not batch)."""
 
-  def __init__(self, source):
-    self.source = source
+  def __init__(self, source, resize: int, statistics: Statistics | None):
+    self.source, self.resize, self.statistics = source, resize, statistics
 
   def __len__(self):
     return len(self.source)
@@ -139,6 +149,11 @@ class _Tfds:
 
 @dataclasses.dataclass(frozen=True)
 class ProceduralSource:
+  """Images drawn at the crop size: neither resized nor cropped, nor flipped (a mirror turns a 36° grating into a
+  144° one, another class)."""
+
+  resize = None
+  statistics = None
   seed: int
   split: str
   size: int
@@ -174,32 +189,3 @@ class SkipUnreadable:
       return example | dict(skipped=skipped)
     raise DataError(f"none of the {n} images of this split can be read")
 
-
-def resize_file(src: str, dst: str, size: int) -> str | None:
-  """Writes src resized to shorter side `size` as a JPEG at dst; the error, if src cannot be read."""
-  try:
-    image = augment.resize_shorter(decode(src, size), size)
-  except UNREADABLE as e:
-    return f"{src}: {e}"
-  os.makedirs(os.path.dirname(dst), exist_ok=True)
-  Image.fromarray(image).save(dst, quality=95)
-  return None
-
-
-def resize_folder(root: str, out: str, size: int, workers: int | None = None) -> tuple[int, list[str]]:
-  """(images written, errors) for a copy of root/<split>/<class>/* in out with shorter sides `size`."""
-  if not os.path.isdir(root):
-    raise DataError(f"no image folder at {root}")
-  if os.path.abspath(root) == os.path.abspath(out):
-    raise DataError("the resized copy must go to another folder: the originals are kept")
-  jobs = []
-  for dirpath, _, files in os.walk(root):
-    for f in sorted(files):
-      if f.lower().endswith(IMAGE_SUFFIXES):
-        rel = os.path.relpath(os.path.join(dirpath, f), root)
-        jobs.append((os.path.join(root, rel), os.path.join(out, os.path.splitext(rel)[0] + ".jpg")))
-  if not jobs:
-    raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {root}")
-  with concurrent.futures.ProcessPoolExecutor(workers) as pool:
-    errors = [e for e in pool.map(resize_file, *zip(*jobs), [size] * len(jobs), chunksize=64) if e]
-  return len(jobs) - len(errors), errors
