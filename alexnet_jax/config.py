@@ -50,15 +50,15 @@ def paper_config() -> ml_collections.ConfigDict:
   return c
 
 
-def start(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """What a script does before its first JAX call: quiet logs, and the simulated CPU devices if the config asks."""
+def apply_process_settings(config: ml_collections.ConfigDict) -> None:
+  """Sets what a config fixes for the whole process, so a script calls it before its first JAX call: absl's log
+  verbosity (WARNING) and, if config.cpu_devices > 0, how many CPU devices JAX simulates."""
   import jax  # noqa: PLC0415  (configs import this module before jax is set up)
   from absl import logging  # noqa: PLC0415
 
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; the progress bar says enough
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-  return config
 
 
 def _choices(config, key, allowed):

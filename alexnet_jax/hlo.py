@@ -18,10 +18,12 @@ class Collective:
   bytes: int  # the whole tensor: gathered result, scattered input, or reduced operand
   text: str = dataclasses.field(default="", compare=False, repr=False)  # the HLO line, cut to 300 characters
 
-  def layer(self, names) -> str | None:
-    """The first of `names` that appears as a scope in the op's path."""
+  def layers(self, names) -> tuple[str, ...]:
+    """Those of `names` that appear as scopes in the op's path, in their order in `names`: one layer for a
+    model-parallel exchange, every layer whose gradient it carries for an all-reduce that XLA combined from many
+    (data parallelism's), whose path lists the combined ops' paths as "(a:b:…)"."""
     parts = set(re.split(r"[/():]", self.scope))
-    return next((n for n in names if n in parts), None)
+    return tuple(n for n in names if n in parts)
 
 
 def _group_size(line: str) -> int:

@@ -234,13 +234,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
       sums, t0, logged = None, time.time(), done
-    if done % config.eval_every_steps == 0 or done == setup.total_steps:
+    evaluating = done % config.eval_every_steps == 0 or done == setup.total_steps
+    saving = done % config.checkpoint_every_steps == 0 or done == setup.total_steps
+    if evaluating or saving:
+      jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
+      pause = time.time()
+    if evaluating:
       eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
       writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
-    if done % config.checkpoint_every_steps == 0 or done == setup.total_steps:
+    if saving:
       checkpoints.save(manager, done, state, data_position(config, dataset, done))
+    if evaluating or saving:
+      t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
   bar.close()
   getattr(host_batches, "close", lambda: None)()  # stops worker processes, if any

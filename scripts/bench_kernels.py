@@ -1,17 +1,16 @@
 """Times our Triton kernels against XLA's own convolution (cuDNN) per AlexNet layer, on one GPU.
 
-  python scripts/bench_kernels.py [--batch 128] [--dtype bfloat16] [--json OUT.json]
+  python scripts/bench_kernels.py [--batch 128] [--dtype bfloat16] [--backend triton] [--json OUT.json]
 
 For each conv layer (one tower's share, batch 128): forward, data gradient and filter gradient of
 kernel_backend='triton' (CHWN) against XLA in NHWC and in CHWN; for pools and LRNs, forward and backward against
-XLA's CHWN reference. Each function is jitted and called 20 times back to back on random non-zero data after a
-warm-up; the time per call is the median over 7 such rounds. Reports TFLOP/s for convolutions,
-GB/s (input + output bytes, read and written once) for the rest, the ratio of XLA's time to ours, and the temporary
-memory each compiled function asks for beyond its inputs and outputs (our direct convolutions need none: no
-im2col buffer). Prints a table; writes JSON.
+XLA's CHWN reference, the backward alone (the forward's residuals are its inputs). Each function is jitted and
+called 20 times back to back on random non-zero data after a warm-up; the time per call is the median over 7 such
+rounds. Reports TFLOP/s for convolutions, GB/s for the rest (the bytes our kernel reads and writes, each once:
+`kernel_bytes`), the ratio of XLA's time to ours, and the temporary memory each compiled function asks for beyond its
+inputs and outputs (our direct convolutions need none: no im2col buffer). Prints a table; writes JSON.
 """
 
-import argparse
 import functools
 import json
 import statistics
@@ -19,12 +18,16 @@ import time
 
 import jax
 import jax.numpy as jnp
+from absl import flags
 from jax import lax
 
-from alexnet_jax import ops
+from alexnet_jax import cli, ops
 from alexnet_jax.layer_shapes import alexnet_convs, alexnet_maps
 
-BACKEND = "triton"
+flags.DEFINE_integer("batch", 128, "images per layer shape")
+flags.DEFINE_string("dtype", "bfloat16", "float32 or bfloat16")
+flags.DEFINE_string("backend", "triton", "ours; 'auto' or 'interpret' check the plumbing off a GPU")
+flags.DEFINE_string("json", None, "write the rows here")
 
 
 def timed(fn, args, calls=20):
@@ -46,7 +49,7 @@ def timed(fn, args, calls=20):
   return statistics.median(rounds), temp
 
 
-def conv_rows(batch, dtype, key):
+def conv_rows(batch, dtype, backend, key):
   for s in alexnet_convs(batch):
     kx, kw, kd = jax.random.split(key, 3)
     x = jax.random.normal(kx, s.x, dtype)
@@ -54,7 +57,7 @@ def conv_rows(batch, dtype, key):
     geom = dict(stride=s.stride, padding=s.padding)
     y_shape = jax.eval_shape(lambda x, w: ops.conv2d(x, w, backend="xla", **geom), x, w).shape
     dy = jax.random.normal(kd, y_shape, dtype)
-    ours = lambda x, w: ops.conv2d(x, w, backend=BACKEND, **geom)  # noqa: E731
+    ours = lambda x, w: ops.conv2d(x, w, backend=backend, **geom)  # noqa: E731
     chwn = lambda x, w: ops.conv2d(x, w, backend="xla", **geom)  # noqa: E731
     pad = ((s.padding, s.padding),) * 2
 
@@ -80,37 +83,44 @@ def conv_rows(batch, dtype, key):
                  xla_nhwc_temp_mib=m_nhwc / 2**20)
 
 
-def map_rows(batch, dtype, key):
+def kernel_bytes(name, phase, x, y):
+  """Bytes our pool or LRN kernel reads and writes (triton_kernels/pool.py, lrn.py). Max-pool: the forward reads x,
+  writes y and the int8 position of each window's maximum; the backward reads dy and those positions and writes dx
+  (it never reads x). LRN: the forward reads x, writes y and the float32 denominators k + α·Σa²; the backward reads x,
+  dy and the denominators and writes dx."""
+  size = x.dtype.itemsize
+  if name.startswith("pool"):
+    return (x.size + y.size) * size + y.size
+  return (2 if phase == "fwd" else 3) * x.size * size + 4 * x.size
+
+
+def map_rows(batch, dtype, backend, key):
   for name, shape in alexnet_maps(batch).items():
     x = jax.random.normal(key, shape, dtype) * 30
     op = ops.max_pool if name.startswith("pool") else functools.partial(ops.lrn, groups=1)
-    y_shape = jax.eval_shape(lambda x: op(x, backend="xla"), x).shape
-    dy = jax.random.normal(key, y_shape, dtype)
-    size = jnp.dtype(dtype).itemsize
+    y_shape = jax.eval_shape(lambda x: op(x, backend="xla"), x)
+    dy = jax.random.normal(key, y_shape.shape, dtype)
     for phase in ("fwd", "bwd"):
       def make(backend):
         f = functools.partial(op, backend=backend)
-        return (f, (x,)) if phase == "fwd" else (lambda x, d: jax.vjp(f, x)[1](d)[0], (x, dy))
+        if phase == "fwd":
+          return f, (x,)
+        _, vjp = jax.vjp(f, x)  # a pytree holding the forward's residuals: the backward runs alone
+        return (lambda vjp, d: vjp(d)[0]), (vjp, dy)
 
-      t_ours, m_ours = timed(*make(BACKEND))
+      t_ours, m_ours = timed(*make(backend))
       t_xla, _ = timed(*make("xla"))
-      moved = (x.size + dy.size) * size if phase == "fwd" else (2 * x.size + dy.size) * size
-      yield dict(layer=name, phase=phase, ms=t_ours * 1e3, xla_chwn_ms=t_xla * 1e3, gbps=moved / t_ours / 1e9,
-                 ratio_vs_chwn=t_xla / t_ours, temp_mib=m_ours / 2**20)
+      moved = kernel_bytes(name, phase, x, y_shape)
+      yield dict(layer=name, phase=phase, ms=t_ours * 1e3, xla_chwn_ms=t_xla * 1e3, bytes=moved,
+                 gbps=moved / t_ours / 1e9, ratio_vs_chwn=t_xla / t_ours, temp_mib=m_ours / 2**20)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--batch", type=int, default=128)
-  parser.add_argument("--dtype", default="bfloat16")
-  parser.add_argument("--json")
-  parser.add_argument("--backend", default="triton", help="'auto' or 'interpret' check the plumbing off a GPU")
-  args = parser.parse_args()
-  global BACKEND
-  BACKEND = args.backend
+def main(argv):
+  del argv
+  args = flags.FLAGS
   key = jax.random.key(0)
-  convs = list(conv_rows(args.batch, args.dtype, key))
-  maps = list(map_rows(args.batch, args.dtype, key))
+  convs = list(conv_rows(args.batch, args.dtype, args.backend, key))
+  maps = list(map_rows(args.batch, args.dtype, args.backend, key))
   print(f"\n{args.dtype}, batch {args.batch}, {jax.devices()[0].device_kind}")
   print(f"{'layer':6} {'phase':6} {'ours ms':>8} {'TFLOP/s':>8} {'NHWC ms':>8} {'NHWC TF':>8} {'CHWN ms':>8} "
         f"{'×NHWC':>6} {'×CHWN':>6} {'tmp MiB':>8} {'NHWC tmp':>8}")
@@ -127,9 +137,9 @@ def main():
           f"{r['ratio_vs_chwn']:6.2f}")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump(dict(dtype=args.dtype, batch=args.batch, device=jax.devices()[0].device_kind, convs=convs,
-                     maps=maps), f, indent=1)
+      json.dump(dict(dtype=args.dtype, batch=args.batch, backend=args.backend, device=jax.devices()[0].device_kind,
+                     convs=convs, maps=maps), f, indent=1)
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

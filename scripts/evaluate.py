@@ -10,19 +10,20 @@ import json
 import os
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-from alexnet_jax.config import start
+from alexnet_jax import cli
+from alexnet_jax.config import apply_process_settings
 
-config_flags.DEFINE_config_file("config", None, "the configs/*.py file the workdir was trained with", lock_config=True)
+cli.define_config("the configs/*.py file the workdir was trained with")
 flags.DEFINE_string("workdir", None, "the training run's workdir (its checkpoints/ are read)")
 flags.DEFINE_list("crops", ["1", "10"], "1: centre crop; 10: the paper's 10 crops")
 
 
 def main(argv):
   del argv
-  config = start(flags.FLAGS.config)
+  config = flags.FLAGS.config
+  apply_process_settings(config)
   from alexnet_jax.train import evaluate_checkpoint  # noqa: PLC0415
 
   try:
@@ -39,5 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  cli.run(main, required=["config", "workdir"])

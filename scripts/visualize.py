@@ -6,18 +6,19 @@ colour specialisation), from the newest checkpoint and metrics.jsonl in DIR. tra
 
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-from alexnet_jax.config import start
+from alexnet_jax import cli
+from alexnet_jax.config import apply_process_settings
 
-config_flags.DEFINE_config_file("config", None, "the configs/*.py file the run was trained with", lock_config=True)
+cli.define_config("the configs/*.py file the run was trained with")
 flags.DEFINE_string("workdir", None, "the run's workdir")
 
 
 def main(argv):
   del argv
-  config = start(flags.FLAGS.config)
+  config = flags.FLAGS.config
+  apply_process_settings(config)
   from alexnet_jax import train  # noqa: PLC0415
 
   try:
@@ -29,5 +30,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  cli.run(main, required=["config", "workdir"])

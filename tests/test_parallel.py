@@ -80,7 +80,7 @@ def test_collectives_only_at_conv3_and_the_fc_layers():
   setup, text = compiled_train_step(small_config())
   names = [layer.name for layer in setup.net.table.layers]
   moving = [c for c in hlo.collectives(text) if c.group_size > 1]
-  found = sorted((c.layer(names), c.kind, c.bytes) for c in moving)
+  found = sorted((c.layers(names), c.kind, c.bytes) for c in moving)
   # What each gather moves is what the layer reads, both towers' maps (at 112×112 and width 1/4: pool2 2 towers ×
   # 32 maps × 6×6, pool5 2 × 32 × 2×2, fc6 2 × 512); fc8 all-reduces the logits.
   _, inputs = traced_shapes(setup.net.table, 112, B)
@@ -88,10 +88,10 @@ def test_collectives_only_at_conv3_and_the_fc_layers():
   logits = setup.net.table.layers[-1].filters * B * 4
   assert pool2 == 64 * 6 * 6 * B * 4  # the table is the one the comment describes
   assert found == sorted([
-      ("conv3", "all-gather", pool2), ("conv3", "reduce-scatter", pool2),  # forward gather, its gradient
-      ("fc6", "all-gather", pool5), ("fc6", "reduce-scatter", pool5),
-      ("fc7", "all-gather", fc6), ("fc7", "reduce-scatter", fc6),
-      ("fc8", "all-reduce", logits),  # partial logits of each tower summed
+      (("conv3",), "all-gather", pool2), (("conv3",), "reduce-scatter", pool2),  # forward gather, its gradient
+      (("fc6",), "all-gather", pool5), (("fc6",), "reduce-scatter", pool5),
+      (("fc7",), "all-gather", fc6), (("fc7",), "reduce-scatter", fc6),
+      (("fc8",), "all-reduce", logits),  # partial logits of each tower summed
   ])
   assert all(c.group_size == 2 for c in moving)
 
@@ -132,9 +132,26 @@ def test_one_device_mesh_compiles_no_collective():
   assert hlo.collectives(text) == []
 
 
+def test_data_parallel_gradient_all_reduce_is_labelled_with_every_layer_it_carries():
+  config = small_config(mesh=dict(model=1, data=2))
+  setup, text = compiled_train_step(config)
+  names = [layer.name for layer in setup.layers]
+  params = train.create_train_state(setup, config, jax.random.key(0)).params
+  gradients = [c for c in hlo.collectives(text) if c.kind == "all-reduce" and c.group_size == 2 and c.layers(names)]
+  # XLA combines the layers' gradient all-reduces (here into one); each weighted layer's gradient is summed over
+  # 'data' once.
+  assert sorted(n for c in gradients for n in c.layers(names)) == sorted(params)
+  f32 = 4
+  gradient_bytes = sum(x.size for x in jax.tree.leaves(params)) * f32
+  assert gradient_bytes <= sum(c.bytes for c in gradients) <= gradient_bytes + 4 * f32  # and the loss, maybe
+
+
 def test_hlo_reader_parses_each_replica_group_form():
   text = "\n".join([
       '%a = f32[8,4]{1,0} all-gather(%x), replica_groups=[1,2]<=[2], dimensions={0}, metadata={op_name="n/conv3/g"}',
+      # A combined all-reduce lists the paths of the ops it combines.
+      '%g = (f32[2]{0}, f32[6]{0}) all-reduce(%p, %q), replica_groups={{0,1}}, '
+      'metadata={op_name="j/(t/fc6/w:t/conv3/w)"}',
       '%b = bf16[4]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0}, metadata={op_name="n/fc6/r"}',
       "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
       "%d = (f32[2]{0}, f32[3]{0}) all-reduce-done(%c)",
@@ -142,6 +159,7 @@ def test_hlo_reader_parses_each_replica_group_form():
       "%e = (f32[4,3]{1,0}, f32[8,3]{1,0}) all-gather-start(%x), replica_groups={{0,1}}, dimensions={0}",
       "%f = (f32[8,3]{1,0}, f32[4,3]{1,0}) reduce-scatter-start(%x), replica_groups={{0,1}}, dimensions={0}",
   ])
-  got = [(c.kind, c.group_size, c.bytes, c.layer(["conv3", "fc6"])) for c in hlo.collectives(text)]
-  assert got == [("all-gather", 2, 128, "conv3"), ("reduce-scatter", 2, 16, "fc6"), ("all-reduce", 4, 20, None),
-                 ("all-gather", 2, 96, None), ("reduce-scatter", 2, 96, None)]
+  got = [(c.kind, c.group_size, c.bytes, c.layers(["conv3", "fc6"])) for c in hlo.collectives(text)]
+  assert got == [("all-gather", 2, 128, ("conv3",)), ("all-reduce", 2, 32, ("conv3", "fc6")),
+                 ("reduce-scatter", 2, 16, ("fc6",)), ("all-reduce", 4, 20, ()), ("all-gather", 2, 96, ()),
+                 ("reduce-scatter", 2, 96, ())]

@@ -1,0 +1,81 @@
+"""The kernels' checks at AlexNet's shapes, shared by scripts/verify_kernels.py and tests/test_gpu_kernels.py.
+
+Each op of each layer (one tower's share) runs forward and backward through `ops` with a kernel backend, in
+bfloat16, in float32 with tf32 tensor cores (JAX's default precision) and in float32 with 'highest' (exact float32
+products), against XLA in float64 on the same inputs, rounded first to the precision's dtype. The float64 result is
+rounded to the output's dtype too, so that the error ‖out − ref‖/‖ref‖ measures the kernels' arithmetic, not the
+output's own rounding (which alone reads ~1.66e-3 in bfloat16 against an unrounded reference). Against a rounded
+reference each bfloat16 element is either equal or one ulp (2^-8 to 2^-7 of its size) off, where the kernel's float32
+result and the exact value round to different neighbours, so the error is at most 2^-7·√(share of such elements):
+the bound 2^-8 fails a kernel for which a quarter of its elements round the other way, far more than float32
+accumulation explains. Where a window's maximum is tied in bfloat16, the gradient may go to another input.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alexnet_jax import ops
+from alexnet_jax.layer_shapes import alexnet_convs, alexnet_maps
+
+BOUNDS = {"bfloat16": 2.0 ** -8, "tf32": 5e-3, "float32": 1e-3}
+PRECISIONS = {"bfloat16": ("bfloat16", "default"), "tf32": ("float32", "default"), "float32": ("float32", "highest")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  name: str  # the layer, e.g. 'conv1', 'pool2'
+  op: Callable  # op(*arrays, backend=…)
+  shapes: tuple  # the operands' shapes: image (and filters, bias)
+
+
+def cases(batch: int) -> list[Case]:
+  found = []
+  for s in alexnet_convs(batch):
+    # No ReLU here: where a float32 output lands within rounding of zero, its mask (and so its gradient) may
+    # differ from float64's, which measures the mask, not the kernels. The fused ReLU is tested on the CPU.
+    conv = functools.partial(ops.conv2d, stride=s.stride, padding=s.padding)
+    found.append(Case(s.name, conv, (s.x, s.w, (s.w[-1],))))
+  for name, shape in alexnet_maps(batch).items():
+    op = ops.max_pool if name.startswith("pool") else functools.partial(ops.lrn, groups=1)
+    found.append(Case(name, op, (shape,)))
+  return found
+
+
+def rel(out, ref) -> float:
+  out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+  return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+def check(case: Case, backend: str, key, precisions=tuple(PRECISIONS)) -> list[dict]:
+  """One row per precision (labels of PRECISIONS): errors of the forward and of each gradient, and whether all are
+  finite and within the bound."""
+  keys = jax.random.split(key, len(case.shapes) + 1)
+  scales = [30.0 if case.name.startswith("lrn") else 1.0, 0.05, 1.0]  # LRN inputs large enough to be normalised
+  args = [jax.random.normal(k, s, jnp.float32) * c for k, s, c in zip(keys, case.shapes, scales)]
+  out_shape = jax.eval_shape(lambda *a: case.op(*a, backend="xla"), *args).shape
+  cot = jax.random.normal(keys[-1], out_shape, jnp.float32)
+  rows = []
+  for label in precisions:
+    dtype, precision = PRECISIONS[label]
+    # The image and the filters go in at the compute dtype (conv2d casts filters to the image's dtype).
+    rounded = [a.astype(dtype) if i < 2 else a for i, a in enumerate(args)]
+    with jax.default_matmul_precision(precision):
+      y, vjp = jax.vjp(lambda *a: case.op(*a, backend=backend), *rounded)
+      grads = vjp(cot.astype(dtype))
+    with jax.enable_x64(True):
+      as64 = lambda a: jnp.asarray(np.asarray(a, np.float64))  # noqa: E731
+      ref_y, ref_vjp = jax.vjp(lambda *a: case.op(*a, backend="xla"), *map(as64, rounded))
+      ref_g = ref_vjp(as64(cot.astype(dtype)))
+    outs = dict(zip(["fwd", "dx", "dw", "db"], [y, *grads]))
+    refs = dict(zip(["fwd", "dx", "dw", "db"], [ref_y, *ref_g]))
+    errors = {n: rel(o, np.asarray(refs[n]).astype(o.dtype)) for n, o in outs.items()}
+    finite = all(np.isfinite(np.asarray(v, np.float32)).all() for v in outs.values())
+    worst = max(errors.values())
+    rows.append(dict(layer=case.name, precision=label, errors=errors, worst=worst, finite=finite,
+                     ok=bool(finite and worst <= BOUNDS[label])))
+  return rows

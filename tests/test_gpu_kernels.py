@@ -1,0 +1,42 @@
+"""The kernels at AlexNet's shapes on a CUDA GPU (`pytest -m gpu`), against float64 XLA: alexnet_jax/kernel_checks.py,
+the cases and bounds of scripts/verify_kernels.py.
+
+Each case runs compiled ('triton') and under the Triton interpreter ('interpret'), as Pallas' tests re-run in
+interpret mode; the interpreter, whose bfloat16 arithmetic is broken (triton#11584) and whose tf32 is exact float32,
+runs the float32 row alone. TRITON_INTERPRET, read when triton is first imported, decides which of the two a process
+can run (tests/conftest.py sets it to 1 unless it is set), so on the GPU machine run both:
+
+  TRITON_INTERPRET=0 pytest -m gpu tests/test_gpu_kernels.py
+  TRITON_INTERPRET=1 GPU_TEST_BATCH=1 pytest -m gpu -n 10 tests/test_gpu_kernels.py
+
+The interpreter takes about a millisecond per Triton op: on 2×H200's host (2026-11-30) nine interpreted cases took
+under 5 minutes on 12 workers, and conv1's (224×224 images, 11×11 filters) did not finish in 3.5 minutes alone.
+
+Without a CUDA device the module is skipped.
+"""
+
+import os
+
+import jax
+import pytest
+
+from alexnet_jax import kernel_checks
+
+BATCH = int(os.environ.get("GPU_TEST_BATCH", "128"))
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize("backend", ["triton", "interpret"])
+@pytest.mark.parametrize("case", kernel_checks.cases(BATCH), ids=lambda c: c.name)
+def test_kernel_matches_float64_at_alexnet_shape(case, backend):
+  if (backend == "interpret") != INTERPRETED:
+    pytest.skip(f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')} in this process: '{backend}' needs "
+                f"TRITON_INTERPRET={1 if backend == 'interpret' else 0} (set before triton is imported)")
+  precisions = ("float32",) if backend == "interpret" else tuple(kernel_checks.PRECISIONS)
+  rows = kernel_checks.check(case, backend, jax.random.key(0), precisions)
+  bad = [f"{r['precision']}: {r['errors']} (bound {kernel_checks.BOUNDS[r['precision']]:.1e})" for r in rows
+         if not r["ok"]]
+  assert not bad, f"{case.name} at batch {BATCH}: " + "; ".join(bad)
