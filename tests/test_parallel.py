@@ -135,7 +135,7 @@ def test_one_device_mesh_compiles_no_collective():
 def test_data_parallel_gradient_all_reduce_is_labelled_with_every_layer_it_carries():
   config = small_config(mesh=dict(model=1, data=2))
   setup, text = compiled_train_step(config)
-  names = [layer.name for layer in setup.layers]
+  names = [layer.name for layer in setup.net.table.layers]
   params = train.create_train_state(setup, config, jax.random.key(0)).params
   gradients = [c for c in hlo.collectives(text) if c.kind == "all-reduce" and c.group_size == 2 and c.layers(names)]
   # XLA combines the layers' gradient all-reduces (here into one); each weighted layer's gradient is summed over
