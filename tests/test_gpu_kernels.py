@@ -40,3 +40,28 @@ def test_kernel_matches_float64_at_alexnet_shape(case, backend):
   bad = [f"{r['precision']}: {r['errors']} (bound {kernel_checks.BOUNDS[r['precision']]:.1e})" for r in rows
          if not r["ok"]]
   assert not bad, f"{case.name} at batch {BATCH}: " + "; ".join(bad)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiles the Triton kernels: needs TRITON_INTERPRET=0")
+def test_auto_compiles_to_the_triton_program_on_cuda():
+  # 'auto' stages kernel and reference per op (lax.platform_dependent): lowered for CUDA, no conditional and no
+  # reference may be left, and the step must be the one 'triton' compiles.
+  import functools  # noqa: PLC0415
+
+  from alexnet_jax import train  # noqa: PLC0415
+  from alexnet_jax.config import paper_config  # noqa: PLC0415
+
+  counts = {}
+  for backend in ("auto", "triton"):
+    config = paper_config()
+    config.dataset.name, config.dtype, config.kernel_backend = "procedural", "bfloat16", backend
+    config.mesh.model = min(2, jax.device_count())
+    setup = train.make_setup(config, 1000, 1_281_167)
+    state = train.create_train_state(setup, config, jax.random.key(0))
+    batch = train.put_batch(setup.mesh, train.random_batch(16, 224, 1000))
+    step = jax.jit(functools.partial(train.train_step, setup=setup))
+    text = step.lower(state, batch, jax.random.key(1)).compile().as_text()
+    counts[backend] = {op: text.count(op) for op in (" conditional(", "triton_kernel_call", "custom-call(",
+                                                      " fusion(", " convolution(")}
+  assert counts["auto"] == counts["triton"], counts
+  assert counts["auto"][" conditional("] == 0 and counts["auto"][" convolution("] == 0, counts
