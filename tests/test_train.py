@@ -67,16 +67,22 @@ def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
   assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(workdir))
 
 
+def steps_on_one_batch(setup, config, state, steps=4):
+  """(state, per-example losses) after `steps` train steps on the first batch of 16."""
+  batch = train.put_batch(setup.mesh, first_batch(config, 16))
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  losses = []
+  for _ in range(steps):
+    state, m = step(state, batch, jax.random.key(1))
+    losses.append(float(m["loss"]) / float(m["count"]))
+  return state, losses
+
+
 def test_train_step_lowers_the_loss_on_a_fixed_batch():
   config = demo_config(batch_size=16)
   setup = train.make_setup(config, 10, 4800)
   state = train.create_train_state(setup, config, jax.random.key(0))
-  batch = train.put_batch(setup.mesh, first_batch(config, 16))
-  step = jax.jit(functools.partial(train.train_step, setup=setup))
-  losses = []
-  for _ in range(4):
-    state, m = step(state, batch, jax.random.key(1))
-    losses.append(float(m["loss"]) / float(m["count"]))
+  state, losses = steps_on_one_batch(setup, config, state)
   assert losses[-1] < losses[0] - 0.1, losses
   assert int(state.step) == 4
 
@@ -160,12 +166,7 @@ def test_a_config_file_can_define_and_register_its_own_network(tmp_path):
   state = train.create_train_state(setup, config, jax.random.key(0))
   assert state.params["conv1"]["kernel"].shape == (2, 3, 5, 5, 8)
   assert len(state.params["conv1"]["kernel"].sharding.device_set) == 2  # a tower per device
-  batch = train.put_batch(setup.mesh, first_batch(config, 16))
-  step = jax.jit(functools.partial(train.train_step, setup=setup))
-  losses = []
-  for _ in range(4):
-    state, m = step(state, batch, jax.random.key(1))
-    losses.append(float(m["loss"]) / float(m["count"]))
+  state, losses = steps_on_one_batch(setup, config, state)
   assert losses[-1] < losses[0], losses
   runpy.run_path(str(path))  # loading the config file again (as each script does) re-registers the same network
 
