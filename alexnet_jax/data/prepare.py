@@ -26,7 +26,8 @@ from alexnet_jax.data import augment, sources, store
 from alexnet_jax.data.sources import IMAGE_SUFFIXES, UNREADABLE, DataError, decode
 
 JPEG_OPTIONS = dict(subsampling="4:2:0", progressive=False, optimize=True)  # baseline, optimised Huffman tables
-RESIZE = "PIL bilinear to the shorter side (augment.resize_shorter), then the central square"
+RESIZE = ("PIL bilinear to the shorter side (augment.resize_shorter), then the central square; a folder's JPEGs "
+          "are decoded in PIL's draft mode at the smallest power-of-two reduction that keeps the shorter side ≥ size")
 SHARD_SIZE = 1024
 SPAWN = multiprocessing.get_context("spawn")  # not fork: a caller that imported JAX has threads a fork would copy
 
@@ -79,6 +80,7 @@ def write_store(root: str, splits: dict, settings: dict, workers: int = 0) -> tu
   this process); (its manifest, the number of images written by this call)."""
   fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
   previous = _previous_splits(root, settings)
+  _remove_temporaries(root)
   shards = {split: _shard_count(split, source, settings["shard_size"]) for split, source in splits.items()}
   todo = [(split, k, m) for split, m in shards.items() for k in range(m)
           if not _complete(root, split, k, m, fingerprint)]
@@ -105,6 +107,14 @@ def _previous_splits(root: str, settings: dict) -> dict:
     raise DataError(f"{root} holds a store written with other settings ({', '.join(changed)}); choose another "
                     f"--store or delete that one")
   return old["splits"]
+
+
+def _remove_temporaries(root: str) -> None:
+  """The files that an interrupted run was writing: what it finished has its final name."""
+  for folder in (root, os.path.join(root, "parts")):
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+      if name.endswith(".tmp"):
+        os.remove(os.path.join(folder, name))
 
 
 def _complete(root: str, split: str, k: int, shards: int, fingerprint: str) -> bool:
