@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 -q $(ARGS)
 
 # Preparing tfds datasets needs TensorFlow, which training does not: it gets a virtual environment of its own.
+# An image folder's store needs no TensorFlow and is written from .venv.
 PREPARE_STAMP := .venv-prepare/.installed
 $(PREPARE_STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python 3.12 found; run make PYTHON=/path/to/python3.12"; exit 1; }
@@ -28,8 +29,10 @@ $(PREPARE_STAMP): pyproject.toml
 	.venv-prepare/bin/python -m pip install -q --disable-pip-version-check -e '.[prepare]'
 	touch $(PREPARE_STAMP)
 
-prepare: $(PREPARE_STAMP)
-	.venv-prepare/bin/python scripts/prepare_data.py $(ARGS)
+PREPARE_VENV := $(if $(findstring --name=folder,$(ARGS)),$(VENV),.venv-prepare)
+
+prepare: $(PREPARE_VENV)/.installed
+	$(PREPARE_VENV)/bin/python scripts/prepare_data.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-prepare runs

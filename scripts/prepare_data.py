@@ -1,40 +1,48 @@
-"""Prepares a dataset once for fast training.
+"""Prepares a dataset once for fast training: the paper's store of size×size JPEGs (alexnet_jax/data/store.py).
 
-  make prepare ARGS='--name=imagenet2012 --data_dir=/data/tfds --manual_dir=/data/ILSVRC2012'
-  make prepare ARGS='--name=folder --data_dir=/data/photos --out_dir=/data/photos_256'
+  make prepare ARGS='--name=imagenet2012 --data_dir=/data/tfds --manual_dir=/data/ILSVRC2012 --store=/data/in256'
+  make prepare ARGS='--name=folder --data_dir=/data/photos --store=/data/photos_256 [--size=256] [--quality=90]'
 
-tfds datasets are written as array_record, the format training reads. Training reads them without TensorFlow;
-preparing needs it (tfds's builders decode and re-encode with tf.io and tf.image), so `make prepare` runs this
-script in a virtual environment of its own, .venv-prepare. For imagenet2012, manual_dir holds
-ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from image-net.org.
+A tfds dataset is first prepared as array_record in data_dir, unless it is there already: that needs TensorFlow
+(tfds's builders decode and re-encode with tf.io and tf.image), so `make prepare` runs this script in a virtual
+environment of its own, .venv-prepare. For imagenet2012, manual_dir holds ILSVRC2012_img_train.tar and
+ILSVRC2012_img_val.tar from image-net.org. Without --store, that is all.
 
-An image folder is copied with every image's shorter side resized to --resize (256), as the paper stored ImageNet:
-decoding a 256-pixel JPEG and skipping the resize makes the training pipeline ~3× faster (docs/BENCHMARKS.md).
-Unreadable images are left out and listed.
+With --store, every image of the splits is written to the store: shorter side resized to --size, the central
+size×size patch, JPEG at --quality, with its label; deterministic (a rerun gives the same bytes) and resumable (a
+rerun after an interruption keeps the complete shards). Unreadable images are left out and listed.
 """
 
 import sys
+import time
 
 from absl import app, flags, logging
 
 flags.DEFINE_string("name", None, "a tfds dataset name (imagenet2012, imagenette, cifar10, …) or 'folder'")
 flags.DEFINE_string("data_dir", "", "tfds: where prepared datasets live (default ~/tensorflow_datasets); "
-                    "folder: the image folder's root")
+                    "folder: the image folder's root, ROOT/<split>/<class>/<image>")
 flags.DEFINE_string("manual_dir", "", "tfds: the downloaded files, for datasets that tfds cannot download")
-flags.DEFINE_string("out_dir", "", "folder: where the resized copy goes")
-flags.DEFINE_integer("resize", 256, "folder: the shorter side of the resized images")
+flags.DEFINE_string("store", "", "where the store of size×size JPEGs goes (a directory)")
+flags.DEFINE_integer("size", 256, "the side of the stored images")
+flags.DEFINE_integer("quality", 90, "JPEG quality of the stored images")
+flags.DEFINE_list("splits", [], "splits to store (default: tfds train and validation, or test where there is no "
+                  "validation; folder: train and every other directory of data_dir); classes come from the first")
+flags.DEFINE_integer("shard_size", 1024, "images per shard (source indices, unreadable ones included)")
+flags.DEFINE_integer("workers", 0, "processes writing shards (0: one per core)")
 
 
 def prepare_tfds(name: str, data_dir: str | None, manual_dir: str | None) -> str:
-  try:
-    import tensorflow  # noqa: F401, PLC0415
-  except ImportError:
-    sys.exit("error: preparing a tfds dataset needs TensorFlow: run this as make prepare ARGS='…', which installs "
-             "it in .venv-prepare")
   import tensorflow_datasets as tfds  # noqa: PLC0415
 
   try:
     builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+    if builder.is_prepared():
+      return f"{name} is prepared in {builder.data_dir}"
+    try:
+      import tensorflow  # noqa: F401, PLC0415
+    except ImportError:
+      sys.exit("error: preparing a tfds dataset needs TensorFlow: run this as make prepare ARGS='…', which "
+               "installs it in .venv-prepare")
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
   except tfds.core.registered.DatasetNotFoundError:
     sys.exit(f"error: tensorflow-datasets has no dataset {name!r}")
@@ -45,26 +53,44 @@ def prepare_tfds(name: str, data_dir: str | None, manual_dir: str | None) -> str
           f"--config.dataset.data_dir={data_dir or '~/tensorflow_datasets'}")
 
 
+def report(manifest: dict, written: int, seconds: float) -> None:
+  """Left-out images on stderr; per split and in all, images and bytes on disk on stdout."""
+  total, size = 0, 0
+  for split, entry in manifest["splits"].items():
+    for e in entry["left_out"]:
+      print(f"left out {split} #{e['index']}: {e['error']}", file=sys.stderr)
+    total, size = total + entry["count"], size + entry["bytes"]
+    print(f"{split}: {entry['count']:,} images in {entry['shards']} shards, {entry['bytes'] / 1e6:,.1f} MB, "
+          f"{len(entry['left_out'])} unreadable left out")
+  print(f"wrote {written:,} images in {seconds:.1f} s ({written / max(seconds, 1e-9):,.0f} images/s); the store "
+        f"holds {total:,} images of {manifest['size']}×{manifest['size']} at JPEG quality {manifest['quality']}: "
+        f"{size / 1e6:,.1f} MB, {size / max(total, 1):,.0f} bytes/image")
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   f = flags.FLAGS
   if f.name != "folder":
-    print(prepare_tfds(f.name, f.data_dir or None, f.manual_dir or None))
-    return
-  if not f.out_dir:
-    sys.exit("error: --name=folder needs --out_dir, where the resized copy goes")
-  from alexnet_jax.data import DataError  # noqa: PLC0415
-  from alexnet_jax.data.prepare import resize_folder  # noqa: PLC0415
+    message = prepare_tfds(f.name, f.data_dir or None, f.manual_dir or None)
+    if not f.store:
+      print(message)
+      return
+  elif not f.store:
+    sys.exit("error: --name=folder needs --store, the directory where the store goes")
+  from alexnet_jax.data import DataError, prepare  # noqa: PLC0415
 
+  start = time.perf_counter()
   try:
-    written, errors = resize_folder(f.data_dir, f.out_dir, f.resize)
+    if f.name == "folder":
+      splits, classes, source = prepare.folder_sources(f.data_dir, f.splits, f.size)
+    else:
+      splits, classes, source = prepare.tfds_sources(f.name, f.data_dir, f.splits, f.size)
+    settings = prepare.store_settings(source, classes, f.size, f.quality, f.shard_size)
+    manifest, written = prepare.write_store(f.store, splits, settings, f.workers)
   except DataError as e:
     sys.exit(f"error: {e}")
-  for e in errors:
-    print(f"left out unreadable image {e}", file=sys.stderr)
-  print(f"wrote {written:,} images with shorter side {f.resize} to {f.out_dir} ({len(errors)} unreadable left out); "
-        f"train with --config.dataset.name=folder --config.dataset.data_dir={f.out_dir}")
+  report(manifest, written, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

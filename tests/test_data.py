@@ -3,8 +3,6 @@ and bad data."""
 
 import logging
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, statistics, train_batches
+from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, prepare, statistics, train_batches
 
 
 def data_config(name, **dataset):
@@ -211,14 +209,10 @@ def test_processes_read_consecutive_slices_of_each_global_batch(small):
     train_batches(small, 6, 0, 4)
 
 
-def test_prepare_copies_a_folder_at_the_papers_256_pixel_size(folder, tmp_path_factory):
+def test_resize_folder_copies_a_folder_at_a_shorter_side(folder, tmp_path_factory):
   out = tmp_path_factory.mktemp("resized")
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  run = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}",
-                        f"--out_dir={out}", "--resize=48"], cwd=root, capture_output=True, text=True, timeout=300)
-  assert run.returncode == 0, run.stderr
-  assert "wrote 14 images" in run.stdout and "(1 unreadable left out)" in run.stdout
-  assert "9_broken.jpg" in run.stderr
+  written, errors = prepare.resize_folder(str(folder), str(out), 48, workers=1)
+  assert written == 14 and len(errors) == 1 and "9_broken.jpg" in errors[0]
   resized = get_dataset(data_config("folder", data_dir=str(out), eval_split="val", resize=48))
   assert (resized.num_classes, resized.num_train, resized.num_eval) == (2, 10, 4)
   image = resized.train.source[0]["image"]

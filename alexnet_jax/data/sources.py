@@ -33,10 +33,12 @@ class DataError(ValueError):
 def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
   """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
   keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same
-  crop."""
+  crop. Grey, palette, CMYK, RGBA and 16-bit images become 8-bit RGB."""
   with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
     if min_size:
       image.draft("RGB", (min_size, min_size))
+    if image.mode.startswith("I;16"):  # 16-bit grey: the top byte (converting to RGB would clip at 255 instead)
+      return as_rgb((np.asarray(image) >> 8).astype(np.uint8))
     return np.asarray(image.convert("RGB"))
 
 

@@ -1,0 +1,141 @@
+"""The paper's storage: every image once at size×size as a JPEG, with its label, in array_record shards that Grain
+reads by index. data/prepare.py writes a store (`make prepare … --store=OUT`); training opens its splits here.
+
+A store is a directory OUT:
+  OUT/<split>-NNNNN-of-MMMMM.array_record  shard k (from 0) of the split's M, five digits each. Written with the
+      options 'group_size:1,uncompressed': one record per chunk, so reading image i reads only image i, and no
+      compression (JPEG does not compress further; it would only cost time). Each record is one image: a 4-byte
+      header, the label as a little-endian int32, then the JPEG's bytes. Shard k holds the readable images among
+      source indices [k·S, (k+1)·S) (S = shard_size) in source order, so a split's index i is the source's i-th
+      readable image.
+  OUT/parts/<split>-NNNNN-of-MMMMM.json  each shard's record count, left-out images and the settings it was
+      written with: what a rerun reads to skip the shards that are complete.
+  OUT/manifest.json  written last, so its presence says the store is finished: the settings (format, version,
+      source, size, quality, jpeg, resize, shard_size, classes, num_classes) and, per split, count, shards, bytes on
+      disk and left_out ([{index, error}] of the source images that could not be decoded).
+Every file is written under a temporary name and renamed when complete.
+"""
+
+import json
+import os
+import struct
+
+import grain
+from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+
+from alexnet_jax.data.sources import TFDS_STATISTICS, DataError, decode
+
+FORMAT, VERSION = "alexnet_jax image store", 1
+MANIFEST = "manifest.json"
+WRITER_OPTIONS = "group_size:1,uncompressed"
+HEADER = struct.Struct("<i")  # the label
+
+
+def shard_name(split: str, k: int, shards: int) -> str:
+  return f"{split}-{k:05d}-of-{shards:05d}.array_record"
+
+
+def part_path(root: str, split: str, k: int, shards: int) -> str:
+  return os.path.join(root, "parts", shard_name(split, k, shards).replace(".array_record", ".json"))
+
+
+def encode_record(label: int, jpeg: bytes) -> bytes:
+  return HEADER.pack(label) + jpeg
+
+
+def decode_record(record: bytes) -> dict:
+  return dict(jpeg=record[HEADER.size:], label=HEADER.unpack_from(record)[0])
+
+
+def write_shard(path: str, records: list[bytes]) -> None:
+  tmp = path + ".tmp"
+  writer = ArrayRecordWriter(tmp, WRITER_OPTIONS)
+  for record in records:
+    writer.write(record)
+  writer.close()
+  os.replace(tmp, path)
+
+
+def count_records(path: str) -> int | None:
+  """The number of records in a shard (read from its footer), or None if there is no readable shard at path."""
+  if not os.path.isfile(path):
+    return None
+  try:
+    reader = ArrayRecordReader(path)
+    count = reader.num_records()
+    reader.close()  # a damaged file can fail here too
+  except (OSError, RuntimeError, ValueError):
+    return None
+  return count
+
+
+def write_json(path: str, value) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(value, f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
+def read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def _unfinished(root: str) -> DataError:
+  return DataError(f"{root} is not a finished store (no {MANIFEST}); rerun make prepare ARGS='--name=… "
+                   f"--data_dir=… --store={root}' with the arguments that began it")
+
+
+def read_manifest(root: str) -> dict:
+  """The manifest of the store at root; DataError if root is no finished store of this format version."""
+  path = os.path.join(root, MANIFEST)
+  if not os.path.isfile(path):
+    raise _unfinished(root)
+  try:
+    manifest = read_json(path)
+  except (OSError, ValueError) as e:
+    raise DataError(f"{path} is unreadable ({e}); rerun make prepare into a new --store") from None
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    raise DataError(f"{path} is not the manifest of an alexnet_jax image store")
+  if manifest.get("version") != VERSION:
+    raise DataError(f"{root} is a store of format version {manifest.get('version')}, this code reads version "
+                    f"{VERSION}; rerun make prepare into a new --store")
+  return manifest
+
+
+class StoreSplit:
+  """One split of a store: len() and [i] → {'jpeg': bytes, 'label': int}, undecoded (decode_pil, or the
+  pipeline's decoder, decodes). `size` is the images' side; `statistics` the source's published pixel statistics,
+  if any (sources.TFDS_STATISTICS), else None."""
+
+  def __init__(self, root: str, split: str, manifest: dict):
+    entry = manifest["splits"][split]
+    paths = [os.path.join(root, shard_name(split, k, entry["shards"])) for k in range(entry["shards"])]
+    missing = [os.path.basename(p) for p in paths if not os.path.isfile(p)]
+    if missing:
+      raise DataError(f"store {root} lacks {missing[0]} ({len(missing)} shards missing); rerun make prepare with "
+                      f"--store={root} to write them again")
+    self.records = grain.sources.ArrayRecordDataSource(paths)
+    if len(self.records) != entry["count"]:
+      raise DataError(f"store {root}: split {split!r} has {len(self.records)} images, its manifest says "
+                      f"{entry['count']}; rerun make prepare with --store={root}")
+    self.size = manifest["size"]
+    self.statistics = TFDS_STATISTICS.get(manifest["source"].get("tfds"))
+
+  def __len__(self):
+    return len(self.records)
+
+  def __getitem__(self, i):
+    return decode_record(self.records[i])
+
+
+def open_split(root: str, split: str) -> StoreSplit:
+  manifest = read_manifest(root)
+  if split not in manifest["splits"]:
+    raise DataError(f"store {root} has no split {split!r}; it has {', '.join(manifest['splits'])}")
+  return StoreSplit(root, split, manifest)
+
+
+def decode_pil(jpeg: bytes):
+  """(S, S, 3) uint8: the reference decoder (PIL, through sources.decode), for tests and fallbacks."""
+  return decode(jpeg)

@@ -1,0 +1,229 @@
+"""The paper's store (data/store.py, data/prepare.py, scripts/prepare_data.py): writer and reader through tfds's
+mock data and an image folder of odd inputs; determinism, resume, the manifest and the reader's errors."""
+
+import filecmp
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from alexnet_jax.data import DataError, augment, prepare, sources, statistics, store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZE = 32
+# JPEG at quality 90 with 4:2:0 chroma keeps the smooth test images within these levels (of 255) of the centre crop
+# that was encoded: the mean over pixels and the worst pixel.
+MEAN_TOLERANCE, MAX_TOLERANCE = 2.0, 16
+
+
+def smooth(h, w, seed):
+  """(h, w, 3) uint8 colour waves of low frequency, different for every seed: what JPEG keeps well."""
+  rng = np.random.default_rng(seed)
+  y, x = np.mgrid[:h, :w] / max(h, w)
+  angle, phase = rng.uniform(1, 4, (2, 3)), rng.uniform(0, 6, 3)
+  waves = np.sin(angle[0] * x[..., None] + angle[1] * y[..., None] + phase)
+  return np.round(127.5 + 100 * waves).astype(np.uint8)
+
+
+def save(path, pixels, mode="RGB", **options):
+  Image.fromarray(pixels).convert(mode).save(path, **options)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+  """root/{train,val}/{a,b}/: RGB JPEGs of odd sizes, a grey JPEG, a CMYK JPEG, an RGBA PNG, a 16-bit grey PNG, and
+  a corrupt JPEG among them."""
+  root = tmp_path_factory.mktemp("folder")
+  for split in ("train", "val"):
+    for name in ("a", "b"):
+      os.makedirs(root / split / name)
+  seed = iter(range(100))
+  for i, (h, w) in enumerate(((37, 53), (61, 40), (33, 33))):
+    save(root / "train" / "a" / f"{i}.jpg", smooth(h, w, next(seed)), quality=95)
+  save(root / "train" / "a" / "3_grey.jpg", smooth(45, 50, next(seed)), "L", quality=95)
+  (root / "train" / "b" / "0_broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+  save(root / "train" / "b" / "1_cmyk.jpg", smooth(40, 48, next(seed)), "CMYK", quality=95)
+  save(root / "train" / "b" / "2_rgba.png", smooth(50, 36, next(seed)), "RGBA")
+  wide = smooth(34, 70, next(seed))[..., 0].astype(np.uint16) * 257  # 16-bit grey, 0..65535
+  Image.fromarray(wide).save(root / "train" / "b" / "3_16bit.png")
+  for name in ("a", "b"):
+    save(root / "val" / name / "0.jpg", smooth(48, 40, next(seed)), quality=95)
+  return root
+
+
+def write(root, out, shard_size=3, workers=1, quality=90):
+  splits, classes, source = prepare.folder_sources(str(root), [], SIZE)
+  settings = prepare.store_settings(source, classes, SIZE, quality, shard_size)
+  return prepare.write_store(str(out), splits, settings, workers)
+
+
+@pytest.fixture(scope="module")
+def written(folder, tmp_path_factory):
+  out = tmp_path_factory.mktemp("store")
+  return out, *write(folder, out)
+
+
+def expected_square(image):
+  """What the store encodes: the central SIZE×SIZE patch after resizing the shorter side to SIZE."""
+  return augment.center_crop(augment.resize_shorter(image, SIZE), SIZE)
+
+
+def assert_close_to(jpeg, square):
+  decoded = store.decode_pil(jpeg)
+  assert decoded.shape == (SIZE, SIZE, 3) and decoded.dtype == np.uint8
+  error = np.abs(decoded.astype(int) - square.astype(int))
+  assert error.mean() < MEAN_TOLERANCE and error.max() <= MAX_TOLERANCE, (error.mean(), error.max())
+
+
+def test_folder_store_holds_every_readable_image_as_its_centre_square(folder, written):
+  out, manifest, count = written
+  source = prepare.folder_sources(str(folder), [], SIZE)[0]["train"]
+  broken = source.files.index(str(folder / "train" / "b" / "0_broken.jpg"))
+  train = store.open_split(str(out), "train")
+  assert count == 9 and len(train) == 7 and train.size == SIZE and train.statistics is None
+  readable = [i for i in range(len(source)) if i != broken]
+  for i, j in enumerate(readable):  # index i of the store is the source's i-th readable image
+    record = train[i]
+    assert record["label"] == source.labels[j]
+    assert_close_to(record["jpeg"], expected_square(source[j]["image"]))
+  assert [store.open_split(str(out), "val")[i]["label"] for i in range(2)] == [0, 1]
+
+
+def test_odd_inputs_become_8_bit_rgb(folder):
+  grey16 = np.asarray(Image.open(folder / "train" / "b" / "3_16bit.png"))
+  assert grey16.dtype == np.uint16 and grey16.max() > 50_000
+  decoded = sources.decode(str(folder / "train" / "b" / "3_16bit.png"))
+  np.testing.assert_array_equal(decoded, np.repeat((grey16 >> 8).astype(np.uint8)[..., None], 3, -1))  # not clipped
+  for name in ("1_cmyk.jpg", "2_rgba.png"):
+    assert sources.decode(str(folder / "train" / "b" / name)).shape[2] == 3
+
+
+def test_manifest_says_what_the_store_holds(folder, written):
+  out, manifest, _ = written
+  assert store.read_manifest(str(out)) == manifest
+  assert (manifest["format"], manifest["version"]) == (store.FORMAT, store.VERSION)
+  assert manifest["source"] == {"folder": str(folder)} and manifest["classes"] == ["a", "b"]
+  assert (manifest["size"], manifest["quality"], manifest["num_classes"], manifest["shard_size"]) == (SIZE, 90, 2, 3)
+  assert manifest["jpeg"] == prepare.JPEG_OPTIONS and "bilinear" in manifest["resize"]
+  train, val = manifest["splits"]["train"], manifest["splits"]["val"]
+  assert (train["count"], train["shards"], val["count"], val["shards"]) == (7, 3, 2, 1)
+  assert train["bytes"] == sum(os.path.getsize(out / store.shard_name("train", k, 3)) for k in range(3))
+  (left_out,) = train["left_out"]
+  assert left_out["index"] == 4 and "0_broken.jpg" in left_out["error"] and val["left_out"] == []
+  with pytest.raises(DataError, match=r"written with other settings \(quality\); choose another --store"):
+    write(folder, out, quality=80)
+
+
+def test_tfds_store_through_mock_data(tmp_path):
+  with tfds.testing.mock_data(num_examples=7):  # mock ImageNet images come in random sizes, e.g. 17×47
+    splits, classes, source = prepare.tfds_sources("imagenet2012", "/nonexistent", ["train", "validation"], SIZE)
+    examples = [splits["train"][i] for i in range(7)]
+    settings = prepare.store_settings(source, classes, SIZE, 90, shard_size=3)
+    manifest, count = prepare.write_store(str(tmp_path), splits, settings, workers=1)
+  assert count == 14 and manifest["source"] == {"tfds": "imagenet2012", "version": "5.1.0"}
+  assert len(manifest["classes"]) == manifest["num_classes"] == 1000 and manifest["classes"][0] == "n01440764"
+  assert [manifest["splits"][s]["shards"] for s in ("train", "validation")] == [3, 3]
+  train = store.open_split(str(tmp_path), "train")
+  assert len(train) == 7 and train.statistics is statistics.IMAGENET
+  for i, example in enumerate(examples):
+    assert train[i]["label"] == example["label"]
+    # Mock pixels are uniform noise, which JPEG cannot keep pixel by pixel: compare the mean colour only.
+    decoded = store.decode_pil(train[i]["jpeg"])
+    np.testing.assert_allclose(decoded.mean((0, 1)), expected_square(example["image"]).mean((0, 1)), atol=4)
+
+
+def store_files(out):
+  return sorted(os.path.relpath(os.path.join(d, f), out) for d, _, files in os.walk(out) for f in files)
+
+
+def assert_same_files(a, b):
+  assert store_files(a) == store_files(b)
+  _, mismatch, errors = filecmp.cmpfiles(a, b, store_files(a), shallow=False)
+  assert not mismatch and not errors, mismatch + errors
+
+
+def test_same_bytes_on_rerun_and_whatever_the_pool_size(folder, written, tmp_path):
+  write(folder, tmp_path / "again", workers=1)
+  write(folder, tmp_path / "pool", workers=2)  # worker processes
+  assert_same_files(written[0], tmp_path / "again")
+  assert_same_files(written[0], tmp_path / "pool")
+
+
+def test_rerun_keeps_complete_shards_and_rewrites_the_rest(folder, written, tmp_path):
+  out = tmp_path / "resumed"
+  shutil.copytree(written[0], out)
+  os.remove(out / store.MANIFEST)
+  os.remove(out / store.shard_name("train", 1, 3))  # lost, as if killed before its rename
+  (out / (store.shard_name("train", 2, 3) + ".tmp")).write_bytes(b"half a shard")  # a write cut short
+  with open(out / store.shard_name("val", 0, 1), "r+b") as f:  # a shard that does not match its part: rewritten
+    f.truncate(100)
+  kept = os.stat(out / store.shard_name("train", 0, 3)).st_mtime_ns
+  manifest, count = write(folder, out)
+  assert count == 2 + 2 and manifest == written[1]  # train shard 1 (of 2 readable images) and val's shard
+  assert os.stat(out / store.shard_name("train", 0, 3)).st_mtime_ns == kept
+  assert_same_files(written[0], out)  # the stale temporary file is gone too
+
+
+def test_a_killed_prepare_resumes_to_the_same_bytes(folder, written, tmp_path):
+  """SIGKILL while shards are being written, then a rerun: the same files as a run that was never interrupted."""
+  # At 512 pixels each one-image shard takes milliseconds to encode: time enough to kill the run half-way.
+  args = [sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}", "--size=512",
+          "--shard_size=1", "--workers=1"]
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  whole = subprocess.run(args + [f"--store={tmp_path / 'whole'}"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+  assert whole.returncode == 0, whole.stderr
+  assert "train: 7 images in 8 shards" in whole.stdout and "val: 2 images in 2 shards" in whole.stdout
+  assert "left out train #4: " in whole.stderr and "0_broken.jpg" in whole.stderr and "bytes/image" in whole.stdout
+  cut = tmp_path / "cut"
+  run = subprocess.Popen(args + [f"--store={cut}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+  while not (os.path.isdir(cut / "parts") and os.listdir(cut / "parts")) and run.poll() is None:
+    time.sleep(0.001)
+  run.send_signal(signal.SIGKILL)
+  assert len([f for f in os.listdir(cut / "parts") if f.endswith(".json")]) < 10  # shards were left to write
+  run.wait()
+  assert not os.path.exists(cut / store.MANIFEST), "the run ended before it was killed"
+  rerun = subprocess.run(args + [f"--store={cut}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert rerun.returncode == 0, rerun.stderr
+  assert_same_files(tmp_path / "whole", cut)
+
+
+def test_reader_errors_say_what_to_do(folder, written, tmp_path):
+  with pytest.raises(DataError, match=r"nowhere is not a finished store \(no manifest.json\); rerun make prepare"):
+    store.open_split(str(tmp_path / "nowhere"), "train")
+  out = tmp_path / "store"
+  shutil.copytree(written[0], out)
+  with pytest.raises(DataError, match="has no split 'test'; it has train, val"):
+    store.open_split(str(out), "test")
+  os.remove(out / store.shard_name("train", 2, 3))
+  with pytest.raises(DataError, match=r"lacks train-00002-of-00003.array_record \(1 shards missing\)"):
+    store.open_split(str(out), "train")
+  store.write_shard(str(out / store.shard_name("train", 2, 3)), [store.encode_record(0, b"")])
+  with pytest.raises(DataError, match="split 'train' has 6 images, its manifest says 7"):
+    store.open_split(str(out), "train")
+  manifest = json.loads((out / store.MANIFEST).read_text())
+  (out / store.MANIFEST).write_text(json.dumps(manifest | dict(version=99)))
+  with pytest.raises(DataError, match="is a store of format version 99, this code reads version 1"):
+    store.read_manifest(str(out))
+  (out / store.MANIFEST).write_text(json.dumps(dict(splits={})))
+  with pytest.raises(DataError, match="is not the manifest of an alexnet_jax image store"):
+    store.read_manifest(str(out))
+  os.remove(out / store.MANIFEST)  # shards and parts without a manifest: an unfinished run
+  with pytest.raises(DataError, match="is not a finished store"):
+    store.read_manifest(str(out))
+
+
+def test_prepare_script_errors():
+  run = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", "--data_dir=/nonexistent"],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
+      "error: --name=folder needs --store, the directory where the store goes")
