@@ -11,11 +11,12 @@ that neither can read is replaced by the next readable one (i+1, i+2, …, wrapp
 the substitute depends only on i, so a batch stays a pure function of its indices.
 
 fast_decode (config.dataset.fast_decode) switches on libjpeg-turbo's fast integer DCT and fast chroma upsampling.
-Measured on 128 noisy 256×256 procedural JPEGs at quality 90 (2-core CPU, one thread): they are at most 5 % faster
-(4:2:0, the usual subsampling: 2,567 → 2,563 images/s with both, 3,801 → 4,043 with less noise), while the fast DCT
-moves pixels by 1.0 level on average (at most 4–6) and fast upsampling by up to 45 levels (mean 4.8) where the
-chroma is busy. Off, the default, simplejpeg decodes exactly PIL's pixels (both are libjpeg-turbo's accurate DCT and
-fancy upsampling), so every JPEG gets the same pixels whichever of the two paths it takes.
+Measured on noisy 256×256 procedural JPEGs at quality 90 with 4:2:0 chroma (the usual for photos), one thread of a
+2-core Xeon: they gain 0–6 % in speed (2,567 → 2,563 and 3,801 → 4,043 images/s; scripts/bench_input.py's runs
+differ by less than their noise), while the fast DCT moves pixels by 1.0 level of 255 on average (at most 4–6) and
+fast upsampling by up to 45 levels (mean 4.8) where the chroma is busy: FAST_MEAN_ERROR and FAST_MAX_ERROR state
+the tolerance. Off, the default, simplejpeg decodes exactly PIL's pixels (both are libjpeg-turbo's accurate DCT
+and fancy upsampling), so a JPEG gets the same pixels whichever of the two paths it takes.
 """
 
 import concurrent.futures
