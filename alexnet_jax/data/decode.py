@@ -39,7 +39,17 @@ class Decoder:
 
   def __init__(self, source, size: int, fast: bool = False, threads: int = 1):
     self.source, self.size, self.fast, self.threads = source, size, fast, threads
-    self._pool = None
+    self._pool = self._new_pool()
+
+  def _new_pool(self):  # its threads start on first use
+    return concurrent.futures.ThreadPoolExecutor(self.threads, "decode") if self.threads > 1 else None
+
+  def __getstate__(self):  # a pool does not travel to Grain's worker processes: each makes its own
+    return self.__dict__ | dict(_pool=None)
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._pool = self._new_pool()
 
   def __len__(self):
     return len(self.source)
@@ -59,14 +69,7 @@ class Decoder:
     return images, labels, sum(skipped for _, skipped in reads)
 
   def _map(self, fn, *args) -> list:
-    if self.threads == 1:
-      return list(map(fn, *args))
-    if self._pool is None:  # made where it is used: a pool does not travel to Grain's worker processes
-      self._pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="decode")
-    return list(self._pool.map(fn, *args))
-
-  def __getstate__(self):
-    return self.__dict__ | dict(_pool=None)
+    return list(self._pool.map(fn, *args) if self._pool else map(fn, *args))
 
   def _read_into(self, i: int, out: np.ndarray) -> tuple[int, int]:
     n = len(self.source)
