@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax import checkpoints, parallel, pictures
 from alexnet_jax.config import validate
-from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
+from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, train_batches
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
@@ -45,6 +45,7 @@ class Setup:
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   total_steps: int
+  image_size: int  # the crop the network sees, cut on the device from the stored images
   mean: tuple  # the dataset's RGB statistics, [0, 1] units
   std: tuple
 
@@ -64,7 +65,8 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
   # Decay is added to the gradient before momentum, as in the paper's update rule.
   tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
                    optax.sgd(schedule, momentum=config.momentum))
-  return Setup(net, mesh, tx, schedule, total_steps, tuple(map(float, mean)), tuple(map(float, std)))
+  return Setup(net, mesh, tx, schedule, total_steps, config.image_size, tuple(map(float, mean)),
+               tuple(map(float, std)))
 
 
 def create_train_state(setup: Setup, config, key) -> TrainState:
@@ -85,20 +87,33 @@ def create_train_state(setup: Setup, config, key) -> TrainState:
   return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))(key)
 
 
-def check_batch(batch: dict, config) -> None:
-  s, n = config.image_size, batch["image"].shape[0]
-  if (batch["image"].shape[1:] != (s, s, 3) or batch["image"].dtype != np.uint8 or batch["label"].shape != (n,)
-      or batch["shift"].shape != (n, 3)):
-    raise ValueError(f"expected uint8 images of shape (N, {s}, {s}, 3) with labels (N,) and colour shifts (N, 3), "
-                     f"got {batch['image'].dtype} images {batch['image'].shape}, labels {batch['label'].shape} and "
-                     f"shifts {batch['shift'].shape}")
+def check_batch(batch: dict, size: int, image_size: int) -> None:
+  """Raises one ValueError if a training batch breaks the contract (pipeline.py) for stored images of side `size`
+  and crops of `image_size`: offsets out of range would be clamped on the device, silently."""
+  n = batch["image"].shape[0]
+  expected = dict(image=((n, size, size, 3), "uint8"), offset=((n, 2), "int32"), flip=((n,), "bool"),
+                  shift=((n, 3), "float32"), label=((n,), "int32"))
+  got = {k: (np.shape(v), np.asarray(v).dtype.name) for k, v in batch.items()}
+  if got != expected:
+    raise ValueError(f"expected a batch of {_described(expected)}; got {_described(got)}")
+  if n and (batch["offset"].min() < 0 or batch["offset"].max() > size - image_size):
+    raise ValueError(f"crop offsets must lie in [0, {size - image_size}] ({size}-pixel images, {image_size}-pixel "
+                     f"crops), got {batch['offset'].min()}..{batch['offset'].max()}")
 
 
-def random_batch(n: int, image_size: int, num_classes: int, seed: int = 0) -> dict:
-  """A batch of random pixels and labels, for benchmarks and tests of the step alone."""
+def _described(spec: dict) -> str:
+  return ", ".join(f"{k} {shape} {dtype}" for k, (shape, dtype) in spec.items())
+
+
+def random_batch(n: int, image_size: int, num_classes: int, seed: int = 0, size: int | None = None) -> dict:
+  """A training batch of random pixels, crops, flips and labels, for benchmarks and tests of the step alone: images
+  of side `size` (default image_size: the crops are the whole images) and no colour shift."""
   rng = np.random.default_rng(seed)
-  return dict(image=rng.integers(0, 256, (n, image_size, image_size, 3), np.uint8),
-              shift=np.zeros((n, 3), np.float32), label=rng.integers(0, num_classes, n).astype(np.int32))
+  size = size or image_size
+  return dict(image=rng.integers(0, 256, (n, size, size, 3), np.uint8),
+              offset=rng.integers(0, size - image_size + 1, (n, 2)).astype(np.int32),
+              flip=rng.random(n) < 0.5, shift=np.zeros((n, 3), np.float32),
+              label=rng.integers(0, num_classes, n).astype(np.int32))
 
 
 def put_batch(mesh, batch: dict) -> dict:
@@ -108,12 +123,20 @@ def put_batch(mesh, batch: dict) -> dict:
           for k, v in batch.items()}
 
 
+def normalise(setup: Setup, images: jax.Array, shift: jax.Array | None = None) -> jax.Array:
+  """Float32 images from uint8 (N, …, 3), each shifted in colour by its (N, 3) shift, normalised by the dataset's
+  mean and std. Done on the device: the host sends a quarter of the bytes, and its cores decode instead."""
+  images = images.astype(jnp.float32) / 255
+  if shift is not None:
+    images = images + shift.reshape(shift.shape[0], *(1,) * (images.ndim - 2), 3)
+  return (images - jnp.array(setup.mean)) / jnp.array(setup.std)
+
+
 def model_input(setup: Setup, batch: dict) -> jax.Array:
-  """Normalised float32 images from a batch's uint8 crops and per-image colour shifts. Done on the device: the
-  host sends a quarter of the bytes, and a host core spends its time decoding instead of on float arithmetic."""
-  image, shift = batch["image"], batch["shift"]
-  shift = shift.reshape(shift.shape[0], *(1,) * (image.ndim - 2), 3)
-  return (image.astype(jnp.float32) / 255 + shift - jnp.array(setup.mean)) / jnp.array(setup.std)
+  """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
+  normalised."""
+  crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
+  return normalise(setup, crops, batch["shift"])
 
 
 def logits_fn(setup: Setup):
@@ -148,15 +171,20 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup):
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def eval_step(state: TrainState, batch: dict, *, setup: Setup):
-  """Metrics of one evaluation batch; images (N, crops, H, W, 3) are scored by their crops' mean softmax, as the
-  paper's 10-crop test (the loss is then the cross-entropy of that mean)."""
-  images = model_input(setup, batch)
-  if images.ndim == 4:
-    return metrics_of(logits_fn(setup)(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
-  n, crops = images.shape[:2]
-  logits = logits_fn(setup)(state.params, images.reshape(n * crops, *images.shape[2:]), jax.random.key(0), False)
-  probs = jax.nn.softmax(logits.astype(jnp.float32)).reshape(n, crops, -1).mean(1)
+def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
+  """Metrics of one evaluation batch of stored images (N, S, S, 3), on their centre crops (crops=1) or the paper's 10
+  crops, cut on the device; 10 crops are scored by their mean softmax (the loss is then the cross-entropy of that
+  mean)."""
+  forward, s = logits_fn(setup), setup.image_size
+  if crops == 1:
+    images = normalise(setup, device_augment.center_crop(batch["image"], s))
+    return metrics_of(forward(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
+  if crops != 10:
+    raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
+  n = batch["image"].shape[0]
+  images = normalise(setup, device_augment.ten_crops(batch["image"], s)).reshape(n * crops, s, s, 3)
+  probs = jax.nn.softmax(forward(state.params, images, jax.random.key(0), False).astype(jnp.float32))
+  probs = probs.reshape(n, crops, -1).mean(1)
   return metrics_of(jnp.log(probs + 1e-30), batch["label"], batch["mask"])  # finite loss where a mean is 0
 
 
@@ -167,9 +195,10 @@ def summarise(sums: dict) -> dict:
 
 
 def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
+  """Metrics over the evaluation split; p_eval_step is eval_step jitted with `crops` static."""
   total = None
-  for batch in eval_batches(dataset, config.eval_batch_size, crops, config.dataset.threads):
-    m = p_eval_step(state, put_batch(mesh, batch))
+  for batch in eval_batches(dataset, config.eval_batch_size):
+    m = p_eval_step(state, put_batch(mesh, batch), crops=crops)
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   total = jax.device_get(total)
   return summarise(total) | dict(count=int(total["count"]))
@@ -190,7 +219,7 @@ def restore_newest(config, workdir: str):
 def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
   """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
   setup, dataset, state = restore_newest(config, workdir)
-  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup))
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
   return int(state.step), {c: evaluate(state, dataset, config, p_eval_step, setup.mesh, c) for c in crops}
 
 
@@ -210,19 +239,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if start == 0:
     writer.write_config(config)
   p_train_step = jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0)
-  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup))
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
   print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
 
   batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
-  host_batches = iterate(batches, start, config.dataset.threads, input_workers(config))
+  host_batches = iterate(batches, start, input_workers(config))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
   for step in range(start, setup.total_steps):
     batch, skipped_here = next(host_batches)
     skipped += skipped_here
-    check_batch(batch, config)
+    check_batch(batch, dataset.size, config.image_size)
     state, m = p_train_step(state, put_batch(setup.mesh, batch), key)
     lr = m.pop("learning_rate")
     sums = m if sums is None else jax.tree.map(jnp.add, sums, m)

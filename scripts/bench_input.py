@@ -1,5 +1,6 @@
-"""Images per second of the training input pipeline (JPEG decode, resize, random crop and flip, PCA colour shift,
-batch; the device normalises) on this machine's cores, and how many host cores keep a GPU pair fed:
+"""Images per second of the training input pipeline (decode to the stored S×S images, the crop, flip and PCA
+draws, batch; the device crops, flips, shifts and normalises) on this machine's cores, how many host cores keep a
+GPU pair fed, and the CPU decoder of fixed-size JPEGs alone:
 
   python scripts/bench_input.py [--folder ROOT] [--images 512] [--threads 1,2,4] [--workers 0,2] [--json OUT]
 
@@ -8,9 +9,17 @@ the sizes ImageNet's training photos commonly have (shorter side 300–400, aspe
 that gives them ImageNet's typical file size (~110 KB). Each setting reads
 the same batches from a fresh iterator; the batches made during start-up are not timed. The stages are also timed alone
 on one core, so the cost per image is visible. cores needed = model images/s ÷ (pipeline images/s per core).
+
+The decoder section: --jpegs 256×256 JPEGs at quality 90 (the paper's storage of the same kind of images, held in
+memory as a store gives them), decoded a batch at a time into one (N, 256, 256, 3) buffer by decode.Decoder with
+1…--decode_threads threads, with and without libjpeg-turbo's fast DCT and upsampling, against PIL on one thread;
+per core = images/s ÷ the cores the threads can use. The same images also go through the whole pipeline ('store'
+rows: draws, decode, batch).
 """
 
 import argparse
+import dataclasses
+import io
 import json
 import os
 import tempfile
@@ -20,30 +29,57 @@ import numpy as np
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import augment, get_dataset, iterate, prepare, procedural, sources, train_batches
+from alexnet_jax.data import augment, decode, get_dataset, iterate, prepare, procedural, sources, train_batches
+from alexnet_jax.data.pipeline import BATCHES_AHEAD, make_dataset
 
 MODEL_IMAGES_PER_S = 36_472  # 2×H200, paper net, bf16, Triton kernels (docs/BENCHMARKS.md, bench_step.py)
 SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (400, 300))  # (width, height) of typical ImageNet photos
+
+
+def photo(split: str, i: int) -> tuple[np.ndarray, int]:
+  """(An ImageNet-like photo (H, W, 3) uint8, its label): a procedural image at a typical ImageNet size."""
+  w, h = SIZES[i % len(SIZES)]
+  pixels, labels = procedural.generate(0, split, i, 1, max(w, h))
+  # Sensor-like noise brings the files to ImageNet's typical ~110 KB and decode cost; clean gratings are 46 KB.
+  noisy = pixels[0, :h, :w] * 255 + np.random.default_rng(i).normal(0, 24, (h, w, 3))
+  return np.clip(noisy, 0, 255).astype(np.uint8), int(labels[0])
 
 
 def write_folder(root: str, n: int, classes: int = 10) -> None:
   """n JPEGs in root/train/<class>/ and a few in root/validation/<class>/."""
   for split, count in (("train", n), ("validation", classes)):
     for i in range(count):
-      w, h = SIZES[i % len(SIZES)]
-      pixels, labels = procedural.generate(0, "train" if split == "train" else "test", i, 1, max(w, h))
-      directory = os.path.join(root, split, f"class_{labels[0]}")
+      image, label = photo("train" if split == "train" else "test", i)
+      directory = os.path.join(root, split, f"class_{label}")
       os.makedirs(directory, exist_ok=True)
-      # Sensor-like noise brings the files to ImageNet's typical ~110 KB and decode cost; clean gratings are 46 KB.
-      noisy = pixels[0, :h, :w] * 255 + np.random.default_rng(i).normal(0, 24, (h, w, 3))
-      Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(
-          os.path.join(directory, f"{i:05d}.jpg"), quality=90)
+      Image.fromarray(image).save(os.path.join(directory, f"{i:05d}.jpg"), quality=90)
   for c in range(classes):  # every class needs a training directory, even if the sample missed it
     os.makedirs(os.path.join(root, "train", f"class_{c}"), exist_ok=True)
 
 
+class MemoryStore:
+  """n of the photos stored as the paper did (shorter side 256, the central 256×256), as quality-90 JPEGs in memory:
+  {'jpeg': bytes, 'label': int}, what a store's reader gives."""
+
+  resize, statistics = 256, None
+
+  def __init__(self, n: int):
+    self.examples = []
+    for i in range(n):
+      image, label = photo("train", i)
+      out = io.BytesIO()
+      Image.fromarray(augment.resize_center_crop(image, 256)).save(out, format="JPEG", quality=90)
+      self.examples.append(dict(jpeg=out.getvalue(), label=label))
+
+  def __len__(self):
+    return len(self.examples)
+
+  def __getitem__(self, i):
+    return self.examples[i]
+
+
 def stage_times(dataset, n: int = 64) -> dict:
-  """Milliseconds per image of each stage alone, in one thread."""
+  """Milliseconds per image of each host stage alone, in one thread."""
   files = dataset.train.source.files[:n]
   rng = np.random.default_rng(0)
   t = {}
@@ -51,22 +87,20 @@ def stage_times(dataset, n: int = 64) -> dict:
   images = [sources.decode(f, dataset.resize) for f in files]
   t["decode"] = time.perf_counter() - start
   start = time.perf_counter()
-  resized = [augment.resize_shorter(x, dataset.resize) for x in images]
-  t["resize"] = time.perf_counter() - start
+  [augment.resize_center_crop(x, dataset.resize) for x in images]
+  t["resize+centre"] = time.perf_counter() - start
   start = time.perf_counter()
-  crops = [augment.random_crop_flip(x, dataset.image_size, rng) for x in resized]
-  t["crop+flip"] = time.perf_counter() - start
-  start = time.perf_counter()
-  [augment.pca_shift(rng, dataset.statistics.eigval, dataset.statistics.eigvec, dataset.pca_sigma) for _ in crops]
-  t["pca shift"] = time.perf_counter() - start
+  [augment.crop_flip_draw(dataset.size, dataset.size, dataset.image_size, rng) for _ in files]
+  [augment.pca_shift(rng, dataset.statistics.eigval, dataset.statistics.eigvec, dataset.pca_sigma) for _ in files]
+  t["draws"] = time.perf_counter() - start
   return {k: 1e3 * v / len(files) for k, v in t.items()}
 
 
-def pipeline_rate(dataset, batch_size: int, batches: int, threads: int, workers: int, seconds: float = 3.0) -> float:
-  """Steady-state images/s over at least `batches` batches and `seconds`: the batches that every thread of every
-  process computed while the first was awaited arrive at once and are not timed."""
-  iterator = iterate(train_batches(dataset, batch_size), 0, threads, workers)
-  for _ in range(threads * max(1, workers) + 1):
+def pipeline_rate(dataset, batch_size: int, batches: int, workers: int, seconds: float = 3.0) -> float:
+  """Steady-state images/s over at least `batches` batches and `seconds`: the batches that every process computed
+  while the first was awaited arrive at once and are not timed."""
+  iterator = iterate(train_batches(dataset, batch_size), 0, workers)
+  for _ in range(BATCHES_AHEAD * max(1, workers) + 1):
     next(iterator)
   start, done = time.perf_counter(), 0
   while done < batches or time.perf_counter() - start < seconds:
@@ -75,6 +109,36 @@ def pipeline_rate(dataset, batch_size: int, batches: int, threads: int, workers:
   rate = done * batch_size / (time.perf_counter() - start)
   getattr(iterator, "close", lambda: None)()
   return rate
+
+
+def with_threads(dataset, threads: int):
+  return dataclasses.replace(dataset, train=decode.Decoder(dataset.train.source, dataset.size,
+                                                           dataset.train.fast, threads))
+
+
+def timed(fn, seconds: float = 2.0) -> float:
+  """Calls of fn per second, over at least `seconds` after one untimed call."""
+  fn()
+  start, calls = time.perf_counter(), 0
+  while calls == 0 or time.perf_counter() - start < seconds:
+    fn()
+    calls += 1
+  return calls / (time.perf_counter() - start)
+
+
+def decoder_rates(store: MemoryStore, threads: list[int], cores: int, batch: int = 256) -> list[dict]:
+  """images/s of PIL on one thread and of decode.Decoder (accurate and fast) on each thread count."""
+  indices = list(range(min(batch, len(store))))
+  pil = timed(lambda: [sources.decode(store[i]["jpeg"]) for i in indices]) * len(indices)
+  rows = [dict(decoder="PIL", threads=1, images_per_s=pil)]
+  for fast in (False, True):
+    for t in threads:
+      decoder = decode.Decoder(store, 256, fast, t)
+      rate = timed(lambda: decoder.batch(indices)) * len(indices)  # noqa: B023  (called before the loop moves on)
+      rows.append(dict(decoder="simplejpeg" + (" fast" if fast else ""), threads=t, images_per_s=rate))
+  for r in rows:
+    r["per_core"] = r["images_per_s"] / min(r["threads"], cores)
+  return rows
 
 
 def main():
@@ -87,10 +151,15 @@ def main():
   parser.add_argument("--workers", default="0,2")
   parser.add_argument("--sizes", default="full,256", help="'full': the folder as it is; '256': a copy resized to "
                       "shorter side 256 first, as make prepare writes it")
+  parser.add_argument("--jpegs", type=int, default=256, help="256×256 JPEGs for the decoder and 'store' rows")
+  parser.add_argument("--decode_threads", default="", help="thread counts of the decoder alone (default: 1, 2, "
+                      "4, … up to the cores)")
   parser.add_argument("--json", help="write the results here")
   args = parser.parse_args()
 
   cores, rows, stages = os.cpu_count(), [], {}
+  threads, workers = list(map(int, args.threads.split(","))), list(map(int, args.workers.split(",")))
+  config = paper_config()
   with tempfile.TemporaryDirectory() as tmp:
     root = args.folder or os.path.join(tmp, "full")
     if not args.folder:
@@ -99,13 +168,20 @@ def main():
       data_dir = root if size == "full" else os.path.join(tmp, size)
       if size != "full":
         prepare.resize_folder(root, data_dir, int(size))
-      config = paper_config()
       config.dataset.update(dict(name="folder", data_dir=data_dir, eval_split="validation"))
       dataset = get_dataset(config)
       stages[size] = stage_times(dataset)
       rows += [dict(images=size, threads=t, workers=w,
-                    images_per_s=pipeline_rate(dataset, args.batch, args.batches, t, w))
-               for w in map(int, args.workers.split(",")) for t in map(int, args.threads.split(","))]
+                    images_per_s=pipeline_rate(with_threads(dataset, t), args.batch, args.batches, w))
+               for w in workers for t in threads]
+  store = MemoryStore(args.jpegs)
+  config.dataset.name = "store"
+  stored = make_dataset(config, store, store, 1000)
+  rows += [dict(images="store", threads=t, workers=0,
+                images_per_s=pipeline_rate(with_threads(stored, t), args.batch, args.batches, 0)) for t in threads]
+  decode_threads = ([int(t) for t in args.decode_threads.split(",")] if args.decode_threads
+                    else sorted({2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores} | {cores}))
+  decoders = decoder_rates(store, decode_threads, cores)
 
   print(f"{dataset.num_train} training images ({args.folder or 'generated'}), batch {args.batch}, {cores} cores")
   for size, times in stages.items():
@@ -117,9 +193,15 @@ def main():
     print(f"{r['images']:>6} {r['threads']:>7} {r['workers']:>7} {r['images_per_s']:>9.0f} "
           f"{r['images_per_s'] / cores:>8.0f} {r['cores_needed']:>16.0f}")
   print(f"cores for 2×H200 = {MODEL_IMAGES_PER_S:,} images/s (the paper step, bf16, Triton) ÷ images/s per core")
+  kb = np.mean([len(x["jpeg"]) for x in store.examples]) / 1e3
+  print(f"CPU decoder, {len(store)} 256×256 JPEGs at quality 90 ({kb:.0f} KB on average), batches of "
+        f"{min(256, len(store))} into one buffer:")
+  print(f"{'decoder':>15} {'threads':>7} {'images/s':>9} {'per core':>8}")
+  for r in decoders:
+    print(f"{r['decoder']:>15} {r['threads']:>7} {r['images_per_s']:>9.0f} {r['per_core']:>8.0f}")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump(dict(cores=cores, batch=args.batch, stages_ms=stages, rows=rows,
+      json.dump(dict(cores=cores, batch=args.batch, stages_ms=stages, rows=rows, decoder=decoders, jpeg_kb=kb,
                      model_images_per_s=MODEL_IMAGES_PER_S), f, indent=1)
 
 

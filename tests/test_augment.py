@@ -1,9 +1,11 @@
-"""The paper's augmentation and test crops: shapes, bounds, geometry and the statistics of the colour noise."""
+"""The paper's augmentation and test crops: shapes, bounds, geometry and the statistics of the colour noise; the
+device's crops and flips against the numpy reference."""
 
+import jax
 import numpy as np
 import pytest
 
-from alexnet_jax.data import augment, statistics
+from alexnet_jax.data import augment, device_augment, statistics
 
 
 def test_resize_then_random_crop_and_flip_stay_inside_the_image():
@@ -11,10 +13,12 @@ def test_resize_then_random_crop_and_flip_stay_inside_the_image():
   image = rng.integers(0, 256, (300, 500, 3), dtype=np.uint8)
   resized = augment.resize_shorter(image, 256)
   assert resized.shape == (256, 427, 3) and resized.dtype == np.uint8
+  np.testing.assert_array_equal(augment.resize_center_crop(image, 256), resized[:, 85:341])  # the paper's storage
   ramp = np.broadcast_to(np.arange(427)[None, :, None], (256, 427, 3))  # a crop's columns tell where it came from
   flips = 0
   for _ in range(200):
-    crop = augment.random_crop_flip(ramp, 224, rng)
+    top, left, flip = augment.crop_flip_draw(256, 427, 224, rng)
+    crop = augment.crop_flip(ramp, top, left, flip, 224)
     assert crop.shape == (224, 224, 3)
     step = np.diff(crop[0, :, 0])
     assert np.all(step == 1) or np.all(step == -1)
@@ -22,7 +26,7 @@ def test_resize_then_random_crop_and_flip_stay_inside_the_image():
     flips += step[0] == -1
   assert 60 < flips < 140  # about half the crops are mirrored
   with pytest.raises(ValueError, match="smaller than"):
-    augment.random_crop_flip(ramp[:100], 224, rng)
+    augment.crop_flip_draw(100, 427, 224, rng)
 
 
 def test_ten_crops_are_the_corners_the_centre_and_their_mirrors():
@@ -36,6 +40,29 @@ def test_ten_crops_are_the_corners_the_centre_and_their_mirrors():
   np.testing.assert_array_equal(crops[4], image[2:6, 3:7])
   np.testing.assert_array_equal(crops[4], augment.center_crop(image, 4))
   np.testing.assert_array_equal(crops[5:], crops[:5, :, ::-1])
+
+
+def test_device_crops_and_flips_equal_the_numpy_reference_for_the_same_draws():
+  rng = np.random.default_rng(3)
+  images = rng.integers(0, 256, (64, 40, 40, 3), dtype=np.uint8)
+  draws = [augment.crop_flip_draw(40, 40, 32, rng) for _ in range(60)]
+  draws += [(0, 0, False), (8, 8, True), (0, 8, True), (8, 0, False)]  # the corners of the offset range
+  offsets = np.array([(t, s) for t, s, _ in draws], np.int32)
+  flips = np.array([f for _, _, f in draws])
+  assert 0 < flips.sum() < len(flips)
+  crops = jax.jit(device_augment.crop_flip, static_argnums=3)(images, offsets, flips, 32)
+  assert crops.dtype == np.uint8
+  np.testing.assert_array_equal(crops, [augment.crop_flip(x, *d, 32) for x, d in zip(images, draws)])
+
+
+def test_device_centre_and_ten_crops_equal_the_numpy_reference():
+  images = np.random.default_rng(4).integers(0, 256, (5, 41, 44, 3), dtype=np.uint8)  # odd margins round down
+  np.testing.assert_array_equal(jax.jit(device_augment.center_crop, static_argnums=1)(images, 32),
+                                [augment.center_crop(x, 32) for x in images])
+  np.testing.assert_array_equal(jax.jit(device_augment.ten_crops, static_argnums=1)(images, 32),
+                                [augment.ten_crops(x, 32) for x in images])
+  with pytest.raises(ValueError, match="smaller than"):
+    device_augment.ten_crops(images, 42)
 
 
 def test_pca_noise_shifts_colour_with_the_eigen_covariance():

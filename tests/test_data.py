@@ -1,6 +1,8 @@
-"""The input pipeline on real loading paths: tfds (mock_data), an image folder, the procedural set; resume, sharding
-and bad data."""
+"""The input pipeline on real loading paths: tfds (mock_data), an image folder, a store-like source of fixed-size
+JPEGs, the procedural set; the CPU decoder against PIL; resume, determinism, sharding and bad data."""
 
+import dataclasses
+import io
 import logging
 import os
 
@@ -10,7 +12,9 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, prepare, statistics, train_batches
+from alexnet_jax.data import (DataError, augment, decode, eval_batches, get_dataset, iterate, prepare, procedural,
+                              statistics, train_batches)
+from alexnet_jax.data.pipeline import make_dataset
 
 
 def data_config(name, **dataset):
@@ -44,22 +48,26 @@ def test_imagenet2012_through_tfds_data_source(imagenet):
   assert (imagenet.num_classes, imagenet.num_train, imagenet.num_eval) == (1000, 24, 24)
   assert imagenet.statistics is statistics.IMAGENET  # published, not measured on the mock images
   batch, skipped = train_batches(imagenet, 8)[0]
-  assert set(batch) == {"image", "shift", "label"} and skipped == 0  # the count stays on the host
-  assert batch["image"].shape == (8, 32, 32, 3) and batch["image"].dtype == np.uint8
+  assert list(batch) == ["image", "offset", "flip", "shift", "label"] and skipped == 0  # the count stays on the host
+  assert batch["image"].shape == (8, 40, 40, 3) and batch["image"].dtype == np.uint8  # the 40×40 stored images
+  assert batch["offset"].shape == (8, 2) and batch["offset"].dtype == np.int32
+  assert batch["offset"].min() >= 0 and batch["offset"].max() <= 40 - 32  # the device cuts the 32×32 crops
+  assert batch["flip"].shape == (8,) and batch["flip"].dtype == bool
   assert batch["label"].dtype == np.int32 and ((0 <= batch["label"]) & (batch["label"] < 1000)).all()
   assert batch["shift"].shape == (8, 3) and 0 < np.abs(batch["shift"]).max() < 0.2  # σ 0.1 × λ ≤ 0.22
   batches = list(eval_batches(imagenet, 10))
-  assert set(batches[0]) == {"image", "shift", "label", "mask"}
+  assert list(batches[0]) == ["image", "label", "mask"]
   assert [b["mask"].sum() for b in batches] == [10, 10, 4]
-  assert batches[-1]["image"].shape == (10, 32, 32, 3)
-  ten = next(eval_batches(imagenet, 4, crops=10))
-  assert ten["image"].shape == (4, 10, 32, 32, 3)
-  np.testing.assert_array_equal(ten["image"][:, 4], batches[0]["image"][:4])  # crop 4 is the centre crop
+  assert batches[-1]["image"].shape == (10, 40, 40, 3)
+  # Full-size images are stored on the fly: shorter side 40, the central 40×40 patch.
+  for i in (0, 23):
+    stored = augment.resize_center_crop(imagenet.eval.source[i]["image"], 40)
+    np.testing.assert_array_equal(batches[i // 10]["image"][i % 10], stored)
 
 
 def test_cifar10_statistics_come_from_the_data():
   with tfds.testing.mock_data(num_examples=40):
-    cifar = get_dataset(data_config("cifar10", eval_split="test"))
+    cifar = get_dataset(data_config("cifar10", eval_split="test", resize=32))  # stored as they are: no resampling
     assert cifar.num_classes == 10
     # Mock pixels are uniform on 0..255: mean ½, std ≈ 0.29, equal PCA eigenvalues ≈ 1/12 each.
     np.testing.assert_allclose(cifar.statistics.mean, 0.5, atol=0.02)
@@ -107,7 +115,7 @@ def test_image_folder_skips_and_counts_an_unreadable_image(folder, caplog):
   assert example["skipped"] == 1 and "skipping unreadable image" in caplog.text and "9_broken.jpg" in caplog.text
   np.testing.assert_array_equal(example["image"], data.train[(broken + 1) % 11]["image"])
   # Over one epoch of batches, the broken file is passed over exactly once.
-  (batch, skipped), = take(iterate(train_batches(data, 11), 0, 2, 0), 1)
+  (batch, skipped), = take(iterate(train_batches(data, 11), 0, 0), 1)
   assert skipped == 1 and "skipped" not in batch
   # The broken file is the last of the split: its substitute wraps around to the first, a cat.
   assert sorted(batch["label"]) == [0] * 6 + [1] * 5
@@ -136,8 +144,11 @@ def test_procedural_images_come_at_the_crop_size_unaugmented():
   data = get_dataset(data_config("procedural", resize=0, num_train_examples=4, num_eval_examples=2))
   assert data.resize is None and data.statistics.mean.shape == (3,)  # dataset.resize is not asked; statistics measured
   batch, _ = train_batches(data, 4)[0]
+  assert batch["image"].shape == (4, 32, 32, 3)  # stored at the crop size
   for image in batch["image"]:
-    assert any(np.array_equal(image, data.train[i]["image"]) for i in range(4))  # not cropped, not mirrored
+    assert any(np.array_equal(image, data.train.source[i]["image"]) for i in range(4))
+  np.testing.assert_array_equal(batch["offset"], 0)  # not cropped, not mirrored, not shifted
+  assert not batch["flip"].any()
   np.testing.assert_array_equal(batch["shift"], 0)
 
 
@@ -152,47 +163,43 @@ def one_per_class(tmp_path):
   return tmp_path
 
 
-def placement(crop, image):
-  """(top, left, mirrored) of the window of `image` that `crop` is."""
-  windows = np.lib.stride_tricks.sliding_window_view(image, crop.shape)[:, :, 0]
-  for mirrored, window in ((False, crop), (True, crop[:, ::-1])):
-    hits = np.argwhere((windows == window).all(axis=(2, 3, 4)))
-    if len(hits):
-      return int(hits[0, 0]), int(hits[0, 1]), mirrored
-  raise AssertionError("the crop is no window of its image")
-
-
 def test_every_epoch_is_a_new_permutation_with_new_augmentation(one_per_class):
-  # Images of shorter side 40 = dataset.resize, so the 32-pixel crops are exact windows of the stored pixels.
   data = get_dataset(data_config("folder", data_dir=str(one_per_class), eval_split="val"))
   batches = train_batches(data, 6)  # batch e is epoch e
   epochs = [batches[e][0] for e in range(3)]
   for batch in epochs:
     assert sorted(batch["label"]) == list(range(6))  # every example once
   assert not np.array_equal(epochs[0]["label"], epochs[1]["label"])
-  placements = []
+  draws = []
   for i in range(6):
-    image = data.train[i]["image"]
-    seen = [(placement(b["image"][j], image), b["shift"][j]) for b in epochs for j in np.flatnonzero(b["label"] == i)]
-    assert len({where for where, _ in seen}) > 1, seen  # the same image, cropped or mirrored anew
+    stored = data.train.source[i]["image"][:, 6:46]  # 40×52 lossless images: the central 40×40 patch, exactly
+    seen = [(tuple(b["offset"][j]), bool(b["flip"][j]), b["shift"][j]) for b in epochs
+            for j in np.flatnonzero(b["label"] == i)]
+    for b in epochs:
+      np.testing.assert_array_equal(b["image"][b["label"] == i][0], stored)
+    assert len({(offset, flip) for offset, flip, _ in seen}) > 1, seen  # the same image, cropped or mirrored anew
     for a in range(3):
       for b in range(a):
-        assert not np.array_equal(seen[a][1], seen[b][1])  # and shifted in colour anew
-    placements += [where for where, _ in seen]
-  tops, lefts, mirrored = zip(*placements)
+        assert not np.array_equal(seen[a][2], seen[b][2])  # and shifted in colour anew
+    draws += [(offset, flip) for offset, flip, _ in seen]
+  (tops, lefts), mirrored = zip(*(offset for offset, _ in draws)), [flip for _, flip in draws]
   assert len(set(tops)) > 3 and len(set(lefts)) > 3 and set(mirrored) == {False, True}
   np.testing.assert_array_equal(batches[1][0]["image"], epochs[1]["image"])  # a pure function of the step
 
 
+def with_threads(dataset, threads):
+  return dataclasses.replace(dataset, train=decode.Decoder(dataset.train.source, dataset.size, False, threads))
+
+
 def test_resumed_iterator_continues_where_the_checkpoint_left(small):
-  batches = train_batches(small, 4)
-  whole = take(iterate(batches, 0, 2, 0), 7)
-  assert_batches_equal(take(iterate(batches, 3, 1, 0), 4), whole[3:])  # another thread count changes nothing
+  whole = take(iterate(train_batches(small, 4), 0, 0), 7)
+  one_thread = train_batches(with_threads(small, 1), 4)
+  assert_batches_equal(take(iterate(one_thread, 3, 0), 4), whole[3:])  # another thread count changes nothing
 
 
 def test_worker_processes_give_the_same_batches(small):
   batches = train_batches(small, 4)
-  iterator = iterate(batches, 2, 1, 1)
+  iterator = iterate(batches, 2, 1)
   try:
     assert_batches_equal(take(iterator, 3), [batches[i] for i in (2, 3, 4)])
   finally:
@@ -218,3 +225,85 @@ def test_resize_folder_copies_a_folder_at_a_shorter_side(folder, tmp_path_factor
   image = resized.train.source[0]["image"]
   assert min(image.shape[:2]) == 48 and image.shape[2] == 3
   assert resized.train[0]["skipped"] == 0
+
+
+class Jpegs:
+  """A store-like source of 48×48 JPEGs: {'jpeg': bytes, 'label': int}, as a store's reader gives its examples."""
+
+  resize, statistics = 48, None
+
+  def __init__(self, examples):
+    self.examples = examples
+
+  def __len__(self):
+    return len(self.examples)
+
+  def __getitem__(self, i):
+    return self.examples[i]
+
+
+def encoded(pixels, mode="RGB", format="JPEG"):
+  out = io.BytesIO()
+  Image.fromarray(pixels).convert(mode).save(out, format=format, quality=90)  # 4:2:0 chroma, as photos are stored
+  return out.getvalue()
+
+
+def photo(i, size=(48, 48)):
+  """A grating with sensor-like noise: busy chroma, the hard case for JPEG's fast upsampling."""
+  pixels, _ = procedural.generate(0, "train", i, 1, max(size))
+  noise = np.random.default_rng(i).normal(0, 16, (*size, 3))
+  return np.clip(pixels[0, :size[0], :size[1]] * 255 + noise, 0, 255).astype(np.uint8)
+
+
+N_REGULAR = 12  # 48×48 colour JPEGs, then the odd entries a store or a folder can hold:
+ODD = ("grey", "cmyk", "64x80", "png", "corrupt")
+
+
+@pytest.fixture(scope="module")
+def store():
+  examples = [dict(jpeg=encoded(photo(i)), label=i % 3) for i in range(N_REGULAR)]
+  odd = dict(grey=encoded(photo(20), "L"), cmyk=encoded(photo(21), "CMYK"), png=encoded(photo(22), format="PNG"),
+             corrupt=encoded(photo(23))[:300])
+  odd["64x80"] = encoded(photo(24, (64, 80)))
+  return Jpegs(examples + [dict(jpeg=odd[name], label=2) for name in ODD])
+
+
+def pil_stored(data, size=48):
+  return augment.resize_center_crop(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), size)
+
+
+def test_cpu_decoder_gives_pils_pixels_and_skips_what_neither_reads(store, caplog):
+  readable = range(N_REGULAR + len(ODD) - 1)
+  pil = np.stack([pil_stored(store[i]["jpeg"]) for i in readable])
+  images, labels, skipped = decode.Decoder(store, 48, fast=False, threads=3).batch(readable)
+  assert images.shape == (len(readable), 48, 48, 3) and images.dtype == np.uint8 and skipped == 0
+  np.testing.assert_array_equal(images, pil)  # libjpeg-turbo's accurate DCT and fancy upsampling, as PIL's
+  np.testing.assert_array_equal(labels, [i % 3 for i in range(N_REGULAR)] + [2] * (len(ODD) - 1))
+  # With fast DCT and upsampling the 48×48 JPEGs in colour and grey are simplejpeg's, within decode.py's stated
+  # tolerance; CMYK, the wrong size and the PNG went through PIL, whose pixels they are.
+  fast, _, _ = decode.Decoder(store, 48, fast=True, threads=3).batch(readable)
+  error = np.abs(fast.astype(int) - pil)
+  assert 0 < error[:N_REGULAR + 1].mean() < decode.FAST_MEAN_ERROR, error[:N_REGULAR + 1].mean()
+  assert error[:N_REGULAR + 1].max() <= decode.FAST_MAX_ERROR
+  assert error[N_REGULAR + 1:].max() == 0
+  corrupt = len(store) - 1
+  with caplog.at_level(logging.WARNING):
+    images, labels, skipped = decode.Decoder(store, 48).batch([corrupt, 3])
+  assert skipped == 1 and f"skipping unreadable image #{corrupt}" in caplog.text
+  np.testing.assert_array_equal(images[0], pil[0])  # the substitute wraps around to the first example
+  np.testing.assert_array_equal(images[1], pil[3])
+
+
+def test_store_batches_are_the_same_whatever_the_threads_and_resume_exactly(store):
+  config = data_config("store", threads=1)
+  one = make_dataset(config, store, Jpegs(store.examples[:5]), 3)
+  assert one.size == 48 and one.statistics.mean.shape == (3,)  # measured on the decoded images
+  batches = [train_batches(one, 5)[s] for s in range(7)]
+  four = train_batches(with_threads(one, 4), 5)
+  assert_batches_equal(take(iterate(four, 2, 0), 5), batches[2:])
+  assert train_batches(one, len(store))[0][1] == 1  # an epoch passes over the corrupt example once
+  for batch, _ in batches:
+    assert batch["image"].shape == (5, 48, 48, 3) and batch["offset"].max() <= 48 - 32
+  evaluation = list(eval_batches(one, 4))
+  assert [b["mask"].sum() for b in evaluation] == [4, 1]
+  np.testing.assert_array_equal(evaluation[1]["image"][0], pil_stored(store[4]["jpeg"]))

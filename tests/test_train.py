@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alexnet_jax import checkpoints, train
 from alexnet_jax.config import paper_config, validate
-from alexnet_jax.data import DataError, eval_batches, get_dataset, train_batches
+from alexnet_jax.data import DataError, augment, eval_batches, get_dataset, train_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -181,21 +181,40 @@ def test_metrics_count_top1_and_top5_hits_on_known_logits():
   np.testing.assert_allclose(m["loss"], -jax.nn.log_softmax(logits[0])[0], rtol=1e-6)
 
 
+def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference():
+  config = demo_config()
+  setup = train.make_setup(config, 10, 4800, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
+  batch = train.random_batch(6, 96, 10, seed=2, size=110)
+  batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
+  assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
+  got = jax.jit(functools.partial(train.model_input, setup))(batch)
+  crops = np.stack([augment.crop_flip(x, *offset, flip, 96) for x, offset, flip
+                    in zip(batch["image"], batch["offset"], batch["flip"])])
+  expected = (crops / 255 + batch["shift"][:, None, None] - [0.4, 0.5, 0.6]) / [0.2, 0.25, 0.3]
+  assert got.shape == (6, 96, 96, 3) and got.dtype == np.float32
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_ten_crop_evaluation_averages_the_crops_softmax():
   config = demo_config(batch_size=8)
   setup = train.make_setup(config, 10, 4800)
   state = train.create_train_state(setup, config, jax.random.key(0))
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (4, 10, 96, 96, 3), np.uint8)
-  batch = dict(image=images, shift=np.zeros((4, 3), np.float32), label=np.array([0, 1, 2, 3], np.int32),
-               mask=np.array([True] * 3 + [False]))
-  m = jax.jit(functools.partial(train.eval_step, setup=setup))(state, train.put_batch(setup.mesh, batch))
-  flat = train.model_input(setup, dict(image=images.reshape(40, 96, 96, 3), shift=np.zeros((40, 3), np.float32)))
-  logits = train.logits_fn(setup)(state.params, flat, jax.random.key(0), False)
+  images = np.random.default_rng(0).integers(0, 256, (4, 104, 104, 3), np.uint8)  # stored larger than the crop
+  batch = dict(image=images, label=np.array([0, 1, 2, 3], np.int32), mask=np.array([True] * 3 + [False]))
+  p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
+  m = p_eval_step(state, train.put_batch(setup.mesh, batch), crops=10)
+  crops = np.concatenate([augment.ten_crops(x, 96) for x in images])  # the numpy reference, on the host
+  logits = train.logits_fn(setup)(state.params, train.normalise(setup, crops), jax.random.key(0), False)
   probs = np.asarray(jax.nn.softmax(logits)).reshape(4, 10, 10).mean(1)[:3]
   expected_top1 = (probs.argmax(-1) == [0, 1, 2]).sum()
   assert int(m["count"]) == 3 and int(m["top1"]) == expected_top1
   np.testing.assert_allclose(float(m["loss"]), -np.log(probs[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
+  centre = p_eval_step(state, train.put_batch(setup.mesh, batch), crops=1)
+  logits = train.logits_fn(setup)(state.params, train.normalise(setup, crops[4::10]), jax.random.key(0), False)
+  np.testing.assert_allclose(float(centre["loss"]), float(train.metrics_of(logits, batch["label"], batch["mask"])
+                                                           ["loss"]), rtol=1e-5)
+  with pytest.raises(ValueError, match="crops must be 1 .centre. or 10"):
+    p_eval_step(state, train.put_batch(setup.mesh, batch), crops=5)
 
 
 def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
@@ -232,12 +251,17 @@ def test_bad_config_and_input_get_one_clear_error():
     validate(demo_config(network="lenet"))
   with pytest.raises(ValueError, match="config.dtype"):
     validate(demo_config(dtype="float8"))
-  with pytest.raises(ValueError, match=r"expected uint8 images of shape \(N, 96, 96, 3\)"):
-    train.check_batch(dict(image=np.zeros((2, 64, 64, 3), np.uint8), label=np.zeros(2), shift=np.zeros((2, 3))),
-                      demo_config())
-  with pytest.raises(ValueError, match="got float32 images"):
-    train.check_batch(dict(image=np.zeros((2, 96, 96, 3), np.float32), label=np.zeros(2), shift=np.zeros((2, 3))),
-                      demo_config())
+  batch = train.random_batch(2, 96, 10, size=104)
+  train.check_batch(batch, 104, 96)
+  with pytest.raises(ValueError, match=r"expected a batch of image \(2, 110, 110, 3\) uint8, offset \(2, 2\) int32, "
+                     r"flip \(2,\) bool, shift \(2, 3\) float32, label \(2,\) int32; got image \(2, 104, 104, 3\)"):
+    train.check_batch(batch, 110, 96)
+  with pytest.raises(ValueError, match=r"got image \(2, 104, 104, 3\) float32"):
+    train.check_batch(batch | dict(image=batch["image"].astype(np.float32)), 104, 96)
+  with pytest.raises(ValueError, match=r"; got image \(2, 104, 104, 3\) uint8, offset \(2, 2\) int32, shift"):
+    train.check_batch({k: v for k, v in batch.items() if k != "flip"}, 104, 96)
+  with pytest.raises(ValueError, match=r"crop offsets must lie in \[0, 8\] .* got 0..9"):
+    train.check_batch(batch | dict(offset=np.array([[0, 9], [3, 3]], np.int32)), 104, 96)
   with pytest.raises(ValueError, match="needs 4 devices"):
     train.make_setup(demo_config(mesh=dict(model=2, data=2)), 10, 100)
 

@@ -1,6 +1,9 @@
-"""The paper's image augmentation and test-time crops, on single HWC uint8/float images (numpy, host side).
+"""The paper's image augmentation and test-time crops, on single HWC uint8/float images: the numpy reference that
+device_augment.py's batched JAX functions equal, and the draws (crop_flip_draw, pca_shift) that the host makes for
+them.
 
-Train: shorter side resized to 256, a random 224 crop (227 for Caffe's variant), a random horizontal flip, and
+Storage: shorter side resized to 256, then the central 256×256 patch (resize_center_crop).
+Train: a random 224 crop (227 for Caffe's variant), a random horizontal flip, and
 "fancy PCA" colour noise: each image gets Σ_i α_i λ_i p_i added to every pixel, with α_i ~ N(0, σ = 0.1) drawn once
 per image and (λ_i, p_i) the eigenvalues and eigenvectors of the RGB covariance of the training pixels.
 Test: the centre crop, or the paper's 10 crops (four corners and the centre, and their mirror images), whose
@@ -29,13 +32,24 @@ def resize_shorter(image: np.ndarray, size: int = 256) -> np.ndarray:
   return np.asarray(Image.fromarray(image).resize(shape, Image.BILINEAR))
 
 
-def random_crop_flip(image: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-  h, w = image.shape[:2]
+def resize_center_crop(image: np.ndarray, size: int) -> np.ndarray:
+  """The paper's stored image: (H, W, 3) uint8 scaled to a shorter side of `size`, then its central size×size
+  patch."""
+  return center_crop(resize_shorter(image, size), size)
+
+
+def crop_flip_draw(h: int, w: int, size: int, rng: np.random.Generator) -> tuple[int, int, bool]:
+  """(top, left, flip) of a random size×size crop of an h×w image, mirrored if flip: the draws alone, so that the
+  host can send them and the device apply them (device_augment.crop_flip) to what the host decoded."""
   if h < size or w < size:
     raise ValueError(f"a {h}×{w} image is smaller than the {size}×{size} crop")
-  top, left = rng.integers(0, h - size + 1), rng.integers(0, w - size + 1)
+  top, left = int(rng.integers(0, h - size + 1)), int(rng.integers(0, w - size + 1))
+  return top, left, bool(rng.random() < 0.5)
+
+
+def crop_flip(image: np.ndarray, top: int, left: int, flip: bool, size: int) -> np.ndarray:
   crop = image[top:top + size, left:left + size]
-  return crop[:, ::-1] if rng.random() < 0.5 else crop
+  return crop[:, ::-1] if flip else crop
 
 
 def center_crop(image: np.ndarray, size: int) -> np.ndarray:

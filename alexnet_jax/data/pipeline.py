@@ -1,4 +1,5 @@
-"""The input pipeline: Grain over random-access sources (sources.py), with the paper's augmentation (augment.py).
+"""The input pipeline: Grain over random-access sources (sources.py), decoded on the CPU to the paper's fixed-size
+images (decode.py); the device crops, flips and shifts them (device_augment.py) by the draws made here (augment.py).
 
 Why Grain over `tfds.data_source` rather than tf.data: it needs no TensorFlow (a 600 MB install that pins its own
 numpy and protobuf beside jax), every transformation is numpy/PIL code that a reader can step through, and its
@@ -6,14 +7,18 @@ numpy and protobuf beside jax), every transformation is numpy/PIL code that a re
 (seed, step) however many threads or processes compute it. That makes order deterministic and resume exact: the
 iterator's state, saved with each checkpoint, is the index of the next batch.
 
-A batch is a dict of numpy arrays, all of which go to the device: 'image' (N, H, W, 3) uint8 crops ((N, 10, H, W, 3)
-for 10-crop evaluation); 'shift' (N, 3) float32, each image's PCA colour shift in [0, 1] units (zero for
-evaluation); 'label' (N,) int32; evaluation batches add 'mask' (N,) bool, False on the padding that fills the last
-batch. Training batches come as (batch, skipped): the number of unreadable images passed over is for the host's
-metrics and stays off the device. The device adds the shift and normalises with the dataset's mean and std
-(train.model_input): a uint8 batch is a quarter of the bytes to send, and the host's cores are left to decode.
-Images are NHWC at this boundary, the convention every image source uses; train.logits_fn transposes them to CHWN,
-the layout of the kernels.
+The batch contract, the same for every dataset (S = dataset.resize, 256 as the paper stored ImageNet; the crop size
+for the procedural set, whose images are never cropped, flipped or shifted):
+  training: 'image' (N, S, S, 3) uint8, the stored images; 'offset' (N, 2) int32, each crop's (top, left) in
+    [0, S - image_size]; 'flip' (N,) bool, mirror the crop; 'shift' (N, 3) float32, the PCA colour shift in [0, 1]
+    units; 'label' (N,) int32. It comes as (batch, skipped): the number of unreadable images passed over is for
+    the host's metrics and stays off the device.
+  evaluation: 'image' (N, S, S, 3) uint8, 'label' (N,) int32, 'mask' (N,) bool, False on the padding that fills
+    the last batch; the device takes the centre crop or the paper's 10 crops (train.eval_step).
+Crop, flip and shift are drawn from (seed, step, position), as Grain's random_map seeds them; the host only
+decodes, and sends S×S uint8 (a quarter of float32's bytes). The device applies the draws and normalises with the
+dataset's mean and std (train.model_input). Images are NHWC at this boundary, the convention every image source
+uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 """
 
 import dataclasses
@@ -23,21 +28,23 @@ import grain
 from absl import flags
 import numpy as np
 
-from alexnet_jax.data import augment, procedural, sources
+from alexnet_jax.data import augment, decode, procedural, sources
 from alexnet_jax.data.statistics import Statistics, measure
+
+BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-  """Two random-access splits and what the transforms need, as their source told it or as measured: sizes,
-  statistics, augmentation."""
+  """Two random-access splits decoded to S×S images, and what the augmentation needs, as their source told it or
+  as measured: sizes, statistics."""
 
   name: str
   num_classes: int
-  train: sources.SkipUnreadable
-  eval: sources.SkipUnreadable
+  train: decode.Decoder
+  eval: decode.Decoder
   image_size: int
-  resize: int | None  # shorter side before cropping; None: images come at image_size and pass unaugmented
+  resize: int | None  # the stored images' side S; None: images come at image_size and pass unaugmented
   statistics: Statistics
   pca_sigma: float
   seed: int
@@ -50,20 +57,30 @@ class Dataset:
   def num_eval(self) -> int:
     return len(self.eval)
 
-  def train_example(self, example: dict, rng: np.random.Generator) -> dict:
-    """The paper's recipe: resize, random crop and flip, and a PCA colour shift (which the device adds, with the
-    normalisation). Sets that come at image_size (resize None) pass unchanged."""
-    image, shift = example["image"], np.zeros(3, np.float32)
-    if self.resize is not None:
-      image = augment.random_crop_flip(augment.resize_shorter(image, self.resize), self.image_size, rng)
-      shift = augment.pca_shift(rng, self.statistics.eigval, self.statistics.eigvec, self.pca_sigma)
-    return dict(image=np.ascontiguousarray(image), shift=shift, label=np.int32(example["label"]),
-                skipped=np.int32(example["skipped"]))
+  @property
+  def size(self) -> int:
+    """S, the side of the images that the host sends."""
+    return self.train.size
 
-  def eval_example(self, example: dict, crops: int) -> dict:
-    image = example["image"] if self.resize is None else augment.resize_shorter(example["image"], self.resize)
-    image = augment.center_crop(image, self.image_size) if crops == 1 else augment.ten_crops(image, self.image_size)
-    return dict(image=np.ascontiguousarray(image), shift=np.zeros(3, np.float32), label=np.int32(example["label"]))
+  def draw(self, index: int, rng: np.random.Generator) -> dict:
+    """Training example `index`'s augmentation as the paper's recipe draws it: a random crop and flip, and a PCA
+    colour shift; none for sets that come at image_size (resize None)."""
+    if self.resize is None:
+      return dict(index=np.int64(index), offset=np.zeros(2, np.int32), flip=np.False_, shift=np.zeros(3, np.float32))
+    top, left, flip = augment.crop_flip_draw(self.size, self.size, self.image_size, rng)
+    shift = augment.pca_shift(rng, self.statistics.eigval, self.statistics.eigvec, self.pca_sigma)
+    return dict(index=np.int64(index), offset=np.array([top, left], np.int32), flip=np.bool_(flip), shift=shift)
+
+  def train_batch(self, draws: dict) -> tuple[dict, int]:
+    """(batch, skipped) of a batch of draws: their images decoded, in the contract's order of keys."""
+    images, labels, skipped = self.train.batch(draws["index"])
+    return dict(image=images, offset=draws["offset"], flip=draws["flip"], shift=draws["shift"], label=labels), skipped
+
+  def eval_batch(self, indices: np.ndarray, size: int) -> dict:
+    """Examples `indices` padded to `size` by repeating the last, the padding masked out."""
+    padded = np.concatenate([indices, np.repeat(indices[-1:], size - len(indices))])
+    images, labels, _ = self.eval.batch(padded)
+    return dict(image=images, label=labels, mask=np.arange(size) < len(indices))
 
 
 def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1):
@@ -76,44 +93,34 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   """
   if batch_size % process_count:
     raise ValueError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
-  examples = (grain.MapDataset.source(dataset.train).seed(dataset.seed).shuffle().repeat()
-              .random_map(dataset.train_example))
-  return examples.batch(batch_size // process_count)[process_index::process_count].map(_split_skipped)
+  draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().random_map(dataset.draw)
+  return draws.batch(batch_size // process_count)[process_index::process_count].map(dataset.train_batch)
 
 
-def _split_skipped(batch: dict) -> tuple[dict, int]:
-  skipped = batch.pop("skipped")
-  return batch, int(skipped.sum())
-
-
-def iterate(batches, start: int, threads: int, workers: int):
-  """batches[start], batches[start + 1], …: `threads` compute batches ahead in this process, and `workers` > 0
-  adds that many worker processes. Elements are indexed, so the position to resume from is just `start`, whatever
+def iterate(batches, start: int, workers: int):
+  """batches[start], batches[start + 1], …, built ahead in this process, or in `workers` > 0 worker processes (the
+  dataset's threads decode in each). Elements are indexed, so the position to resume from is just `start`, whatever
   the number of threads or workers before and after."""
   if workers and not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags: outside an absl app, take their defaults
-  ds = batches[start:].to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads))
+  ds = batches[start:].to_iter_dataset(_ahead())
   return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)) if workers else ds)
 
 
-def eval_batches(dataset: Dataset, batch_size: int, crops: int = 1, threads: int = 8) -> Iterator[dict]:
-  """The evaluation split in order, centre crops (crops=1) or the paper's 10 crops; the last batch is padded by
-  repeating its last example and the padding is masked out."""
-  if crops not in (1, 10):
-    raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
-  examples = grain.MapDataset.source(dataset.eval).map(lambda ex: dataset.eval_example(ex, crops))
-  batches = examples.batch(batch_size, batch_fn=lambda xs: _stack_padded(xs, batch_size))
-  yield from batches.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads))
+def _ahead() -> grain.ReadOptions:
+  return grain.ReadOptions(num_threads=BATCHES_AHEAD, prefetch_buffer_size=BATCHES_AHEAD)
 
 
-def _stack_padded(examples: list[dict], size: int) -> dict:
-  padded = examples + [examples[-1]] * (size - len(examples))
-  batch = {k: np.stack([ex[k] for ex in padded]) for k in examples[0]}
-  return batch | dict(mask=np.arange(size) < len(examples))
+def eval_batches(dataset: Dataset, batch_size: int) -> Iterator[dict]:
+  """The evaluation split in order, S×S images (the device crops them); the last batch is padded by repeating its
+  last example and the padding is masked out."""
+  batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size).map(lambda i: dataset.eval_batch(i, batch_size))
+  yield from batches.to_iter_dataset(_ahead())
 
 
 def _splits(config):
-  """(train source, eval source, number of classes) for config.dataset, unwrapped."""
+  """(train source, eval source, number of classes) for config.dataset. A source's examples are {'image', 'label'}
+  or, from a store of S×S JPEGs, {'jpeg', 'label'} (decode.py reads both): its `resize` is then the store's S."""
   d = config.dataset
   if d.name == "procedural":
     n_train, n_eval = d.num_train_examples or 50_000, d.num_eval_examples or 10_000
@@ -130,8 +137,13 @@ def _splits(config):
 def get_dataset(config) -> Dataset:
   """The dataset that config.dataset names: 'procedural', 'folder' (an image folder at data_dir) or any tfds
   image-classification dataset. Raises sources.DataError with a one-line remedy if it cannot be read."""
+  return make_dataset(config, *_splits(config))
+
+
+def make_dataset(config, train, test, num_classes: int) -> Dataset:
+  """The Dataset over two random-access sources (train and evaluation split) as config.dataset sets it up: capped
+  in length, decoded to S×S by config.dataset.threads threads, statistics measured unless the source knows them."""
   d = config.dataset
-  train, test, num_classes = _splits(config)
   if d.num_classes and d.num_classes != num_classes:
     raise sources.DataError(f"config.dataset.num_classes={d.num_classes} but {d.name!r} has {num_classes} classes; "
                             f"set it to {num_classes}, or 0 to take it from the data")
@@ -139,8 +151,9 @@ def get_dataset(config) -> Dataset:
     raise sources.DataError(f"config.dataset.resize={train.resize} must be ≥ config.image_size={config.image_size} "
                             "(images are resized, then cropped)")
   resize, known = train.resize, train.statistics
-  train, test = (_first(s, n) for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
-  train, test = sources.SkipUnreadable(train), sources.SkipUnreadable(test)
+  size = resize or config.image_size
+  train, test = (decode.Decoder(_first(s, n), size, d.fast_decode, d.threads)
+                 for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
   stats = measure(train, seed=config.seed) if known is None else known
   return Dataset(d.name, num_classes, train, test, config.image_size, resize, stats, d.pca_sigma, config.seed)
 

@@ -5,13 +5,12 @@ pipeline asks of it: `resize`, the shorter side its images are resized to before
 at the crop size and pass unaugmented), and `statistics`, its pixel statistics if it knows them (None: the pipeline
 measures them, statistics.measure). Grain reads sources by index from threads or worker processes, so they hold
 paths, not open files.
-Every source is wrapped in `SkipUnreadable`: an image that cannot be decoded is replaced by the next readable one,
-with a warning, and counted in the example's 'skipped' field (summed beside each training batch into the metrics).
+A source raises one of UNREADABLE for an image that cannot be decoded: decode.Decoder then takes the next readable
+one, with a warning, and counts it (summed beside each training batch into the metrics).
 """
 
 import dataclasses
 import io
-import logging
 import os
 
 import numpy as np
@@ -86,7 +85,7 @@ class ImageFolder:
   def __getitem__(self, i):
     try:
       image = decode(self.files[i], self.resize)
-    except UNREADABLE as e:  # name the file: SkipUnreadable's warning sees only the index
+    except UNREADABLE as e:  # name the file: the decoder's warning sees only the index
       raise OSError(f"{self.files[i]}: {e}") from e
     return dict(image=image, label=self.labels[i])
 
@@ -167,27 +166,3 @@ class ProceduralSource:
   def __getitem__(self, i):
     images, labels = procedural.generate(self.seed, self.split, i, 1, self.size)
     return dict(image=np.round(images[0] * 255).astype(np.uint8), label=int(labels[0]))
-
-
-class SkipUnreadable:
-  """source[i], or, if that image cannot be decoded, the next readable example (i+1, i+2, …, wrapping), with
-  'skipped' counting the unreadable ones passed over. The substitute depends only on i, so order stays
-  deterministic."""
-
-  def __init__(self, source):
-    self.source = source
-
-  def __len__(self):
-    return len(self.source)
-
-  def __getitem__(self, i):
-    n = len(self.source)
-    for skipped in range(n):
-      try:
-        example = self.source[(i + skipped) % n]
-      except UNREADABLE as e:
-        logging.warning("skipping unreadable image #%d: %s", (i + skipped) % n, e)
-        continue
-      return example | dict(skipped=skipped)
-    raise DataError(f"none of the {n} images of this split can be read")
-
