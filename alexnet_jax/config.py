@@ -24,7 +24,8 @@ def paper_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
   c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
   # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
-  # (data_dir/<split>/<class>/*.jpg) or 'procedural'. Zeros mean "what the data has".
+  # (data_dir/<split>/<class>/*.jpg), 'store' (the S×S JPEG store `make prepare … --store=data_dir` wrote) or
+  # 'procedural'. Zeros mean "what the data has".
   c.dataset = ml_collections.ConfigDict(dict(
       name="imagenet2012", data_dir="", train_split="train", eval_split="validation", num_classes=0,
       num_train_examples=0, num_eval_examples=0,

@@ -13,6 +13,7 @@ size×size patch, JPEG at --quality, with its label; deterministic (a rerun give
 rerun after an interruption keeps the complete shards). Unreadable images are left out and listed.
 """
 
+import os
 import sys
 import time
 
@@ -53,7 +54,7 @@ def prepare_tfds(name: str, data_dir: str | None, manual_dir: str | None) -> str
           f"--config.dataset.data_dir={data_dir or '~/tensorflow_datasets'}")
 
 
-def report(manifest: dict, written: int, seconds: float) -> None:
+def report(root: str, manifest: dict, written: int, seconds: float) -> None:
   """Left-out images on stderr; per split and in all, images and bytes on disk on stdout."""
   total, size = 0, 0
   for split, entry in manifest["splits"].items():
@@ -65,6 +66,8 @@ def report(manifest: dict, written: int, seconds: float) -> None:
   print(f"wrote {written:,} images in {seconds:.1f} s ({written / max(seconds, 1e-9):,.0f} images/s); the store "
         f"holds {total:,} images of {manifest['size']}×{manifest['size']} at JPEG quality {manifest['quality']}: "
         f"{size / 1e6:,.1f} MB, {size / max(total, 1):,.0f} bytes/image")
+  print(f"train with --config.dataset.name=store --config.dataset.data_dir={os.path.abspath(root)} "
+        f"--config.dataset.resize={manifest['size']}")
 
 
 def main(argv):
@@ -90,7 +93,7 @@ def main(argv):
     manifest, written = prepare.write_store(f.store, splits, settings, f.workers)
   except DataError as e:
     sys.exit(f"error: {e}")
-  report(manifest, written, time.perf_counter() - start)
+  report(f.store, manifest, written, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

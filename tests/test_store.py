@@ -88,7 +88,8 @@ def test_folder_store_holds_every_readable_image_as_its_centre_square(folder, wr
   source = prepare.folder_sources(str(folder), [], SIZE)[0]["train"]
   broken = source.files.index(str(folder / "train" / "b" / "0_broken.jpg"))
   train = store.open_split(str(out), "train")
-  assert count == 9 and len(train) == 7 and train.size == SIZE and train.statistics is None
+  assert count == 9 and len(train) == 7 and train.resize == SIZE and train.statistics is None
+  assert train.num_classes == 2
   readable = [i for i in range(len(source)) if i != broken]
   for i, j in enumerate(readable):  # index i of the store is the source's i-th readable image
     record = train[i]
@@ -227,3 +228,32 @@ def test_prepare_script_errors():
                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
   assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
       "error: --name=folder needs --store, the directory where the store goes")
+
+
+def test_training_reads_the_store(written):
+  # config.dataset.name='store': the pipeline's decoder gives each stored image as decode_pil does (simplejpeg
+  # without fast modes decodes as libjpeg through PIL), the crop is drawn inside the S×S image, and a store of
+  # another size than config.dataset.resize is refused in one line.
+  from alexnet_jax.config import paper_config  # noqa: PLC0415
+  from alexnet_jax.data import eval_batches, get_dataset, train_batches  # noqa: PLC0415
+
+  out, _, _ = written
+  config = paper_config()
+  config.image_size = 24
+  config.dataset.update(dict(name="store", data_dir=str(out), eval_split="val", resize=SIZE, threads=2))
+  dataset = get_dataset(config)
+  assert (dataset.num_classes, dataset.num_train, dataset.num_eval) == (2, 7, 2)
+  batch, skipped = train_batches(dataset, 4)[0]
+  assert skipped == 0 and batch["image"].shape == (4, SIZE, SIZE, 3)
+  assert ((0 <= batch["offset"]) & (batch["offset"] <= SIZE - 24)).all()
+  train = store.open_split(str(out), "train")
+  stored = {train[i]["jpeg"]: train[i]["label"] for i in range(len(train))}
+  decoded = [store.decode_pil(jpeg) for jpeg in stored]
+  for image, label in zip(batch["image"], batch["label"]):
+    match = [i for i, d in enumerate(decoded) if np.array_equal(d, image)]
+    assert match and list(stored.values())[match[0]] == label
+  (evaluation,) = list(eval_batches(dataset, 2))
+  np.testing.assert_array_equal(evaluation["image"][1], store.decode_pil(store.open_split(str(out), "val")[1]["jpeg"]))
+  config.dataset.resize = 2 * SIZE
+  with pytest.raises(DataError, match=f"holds {SIZE}×{SIZE} images: set config.dataset.resize={SIZE}"):
+    get_dataset(config)

@@ -227,8 +227,8 @@ def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
   setup, dataset, state = train.restore_newest(config, workdir)
   logits = jax.jit(lambda images: train.logits_fn(setup)(state.params, images, jax.random.key(0), False))
   probs, labels = [], []
-  for batch in eval_batches(dataset, config.eval_batch_size, 10, config.dataset.threads):
-    images = train.model_input(setup, batch)  # (N, 10, H, W, 3)
+  for batch in eval_batches(dataset, config.eval_batch_size):
+    images = train.normalise(setup, np.stack([augment.ten_crops(x, config.image_size) for x in batch["image"]]))
     n = images.shape[0]
     crops = np.asarray(jax.nn.softmax(logits(images.reshape(n * 10, *images.shape[2:])))).reshape(n, 10, -1)
     probs.append(crops.mean(1)[batch["mask"]])

@@ -28,7 +28,7 @@ import grain
 from absl import flags
 import numpy as np
 
-from alexnet_jax.data import augment, decode, procedural, sources
+from alexnet_jax.data import augment, decode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 
 BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
@@ -130,13 +130,19 @@ def _splits(config):
     classes = sources.folder_classes(d.data_dir, d.train_split)
     return (sources.ImageFolder(d.data_dir, d.train_split, classes, d.resize),
             sources.ImageFolder(d.data_dir, d.eval_split, classes, d.resize), len(classes))
+  if d.name == "store":
+    train, test = (store.open_split(d.data_dir, split) for split in (d.train_split, d.eval_split))
+    if train.resize != d.resize:
+      raise sources.DataError(f"the store at {d.data_dir} holds {train.resize}×{train.resize} images: set "
+                              f"config.dataset.resize={train.resize}")
+    return train, test, train.num_classes
   (train, test), num_classes = sources.tfds_sources(d.name, d.data_dir, (d.train_split, d.eval_split), d.resize)
   return train, test, num_classes
 
 
 def get_dataset(config) -> Dataset:
-  """The dataset that config.dataset names: 'procedural', 'folder' (an image folder at data_dir) or any tfds
-  image-classification dataset. Raises sources.DataError with a one-line remedy if it cannot be read."""
+  """The dataset that config.dataset names: 'procedural', 'folder' (an image folder at data_dir), 'store' (the
+  S×S JPEG store that `make prepare … --store` wrote at data_dir) or any tfds image-classification dataset. Raises sources.DataError with a one-line remedy if it cannot be read."""
   return make_dataset(config, *_splits(config))
 
 
