@@ -142,7 +142,8 @@ def _splits(config):
 
 def get_dataset(config) -> Dataset:
   """The dataset that config.dataset names: 'procedural', 'folder' (an image folder at data_dir), 'store' (the
-  S×S JPEG store that `make prepare … --store` wrote at data_dir) or any tfds image-classification dataset. Raises sources.DataError with a one-line remedy if it cannot be read."""
+  S×S JPEG store that `make prepare … --store` wrote at data_dir) or any tfds image-classification dataset. Raises
+  sources.DataError with a one-line remedy if it cannot be read."""
   return make_dataset(config, *_splits(config))
 
 
