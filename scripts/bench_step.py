@@ -61,7 +61,9 @@ def bench(config, steps, windows):
   classes = config.dataset.num_classes or 1000
   setup = train.make_setup(config, classes, config.dataset.num_train_examples or 1_281_167)
   state = train.create_train_state(setup, config, jax.random.key(0))
-  batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes))
+  # Stored-size images, as training sends them (the device cuts the crops): config.dataset.resize on a side.
+  batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes,
+                                                         size=config.dataset.resize))
   key = jax.random.key(1)
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
   compiled = step.lower(state, batch, key).compile()
