@@ -58,7 +58,8 @@ def sharded_apply(net: Network, mesh):
 
   `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share. Only mesh
   axes of more than one device are manual: an axis of one device would add collectives that move nothing. The
-  interpreter backend is the exception: its host callbacks need every mesh axis manual.
+  interpreter backend is the exception: its host callbacks need every mesh axis manual. Backend 'auto' stages the
+  network twice, with the Triton kernels and with the XLA references, and the lowering platform picks one.
   """
   model_size = mesh.shape["model"]
   if net.table.towers % model_size:
@@ -67,17 +68,33 @@ def sharded_apply(net: Network, mesh):
   batch = "data" if "data" in manual else None
   local_net = net.clone(tower_axis="model" if "model" in manual else None)
 
-  def apply(params, images, key, train):
-    if mesh.shape["data"] > 1:  # each data shard draws its own dropout masks; towers fold in theirs in the model
-      key = jax.random.fold_in(key, jax.lax.axis_index("data"))
-    return local_net.apply({"params": params}, images, train=train, rngs={"dropout": key})
+  def run_with(backend):
+    node = local_net.clone(backend=backend)
+
+    def apply(params, images, key, train):
+      if mesh.shape["data"] > 1:  # each data shard draws its own dropout masks; towers fold in theirs in the model
+        key = jax.random.fold_in(key, jax.lax.axis_index("data"))
+      return node.apply({"params": params}, images, train=train, rngs={"dropout": key})
+
+    def run(params, images, key, train=False):
+      if not manual:
+        return apply(params, images, key, train)
+      specs = param_specs(net, params, local_net.tower_axis)
+      fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
+                         in_specs=(specs, P(None, None, None, batch), P()), out_specs=P(batch, None))
+      return fn(params, images, key)
+
+    return run
+
+  if net.backend != "auto":
+    return run_with(net.backend)
+  # One choice per lowering platform for the whole network, outside the shard_map: inside it, XLA's SPMD pipeline
+  # keeps the per-op conditionals of 'auto' until after it has chosen layouts, and XLA:CPU then ran convolutions
+  # in CHWN, 4× slower.
+  kernels, reference = run_with("triton"), run_with("xla")
 
   def run(params, images, key, train=False):
-    if not manual:
-      return apply(params, images, key, train)
-    specs = param_specs(net, params, local_net.tower_axis)
-    fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
-                       in_specs=(specs, P(None, None, None, batch), P()), out_specs=P(batch, None))
-    return fn(params, images, key)
+    return jax.lax.platform_dependent(params, images, key, cuda=functools.partial(kernels, train=train),
+                                      default=functools.partial(reference, train=train))
 
   return run
