@@ -3,7 +3,7 @@
   python scripts/bench_host_path.py STORE_DIR [--json OUT.json]
 
 Times, at batch 512 of the paper's config (bf16, Triton kernels, the two-tower split): the input pipeline alone
-(images/s of `iterate` over the store, for a few worker-process × thread counts), `train.put_batch` alone (the
+(bench_input's steady-state images/s over the store, for a few worker-process × thread counts), `train.put_batch` alone (the
 uint8 batch to the mesh), the train step on a batch already on the devices, and put_batch + step back to back, as
 the training loop runs them.
 """
@@ -17,7 +17,8 @@ import jax
 
 from alexnet_jax import train
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import get_dataset, iterate, train_batches
+from alexnet_jax.data import get_dataset, train_batches
+from bench_input import pipeline_rate, with_threads  # scripts/, beside this file
 
 BATCH = 512
 
@@ -39,17 +40,9 @@ def main():
   config = paper_config()
   config.dataset.update(dict(name="store", data_dir=args.store, eval_split="validation"))
   config.batch_size, config.dtype, config.kernel_backend = BATCH, "bfloat16", "triton"
-  out = {}
-  for workers, threads in ((8, 16), (16, 8), (4, 16)):
-    config.dataset.threads = threads
-    batches = iterate(train_batches(get_dataset(config), BATCH), 0, workers)
-    for _ in range(4):  # start-up
-      next(batches)
-    start = time.perf_counter()
-    for _ in range(24):
-      next(batches)
-    out[f"pipeline_images_per_s_{workers}x{threads}"] = 24 * BATCH / (time.perf_counter() - start)
   dataset = get_dataset(config)
+  out = {f"pipeline_images_per_s_{workers}x{threads}": pipeline_rate(with_threads(dataset, threads), BATCH, 24, workers)
+         for workers, threads in ((8, 16), (16, 8), (4, 16))}
   setup = train.make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean,
                            dataset.statistics.std)
   batch, _ = train_batches(dataset, BATCH)[0]
