@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import augment, decode, get_dataset, iterate, prepare, procedural, sources, train_batches
+from alexnet_jax.data import augment, decode, get_dataset, iterate, procedural, sources, train_batches
 from alexnet_jax.data.pipeline import BATCHES_AHEAD, make_dataset
 
 # 2×H200, paper net, bf16, Triton kernels, batch 512, steps back to back (docs/BENCHMARKS.md, bench_step.py)
@@ -150,8 +150,6 @@ def main():
   parser.add_argument("--batches", type=int, default=24, help="batches timed per setting")
   parser.add_argument("--threads", default="1,2,4")
   parser.add_argument("--workers", default="0,2")
-  parser.add_argument("--sizes", default="full,256", help="'full': the folder as it is; '256': a copy resized to "
-                      "shorter side 256 first, as make prepare writes it")
   parser.add_argument("--jpegs", type=int, default=256, help="256×256 JPEGs for the decoder and 'store' rows")
   parser.add_argument("--decode_threads", default="", help="thread counts of the decoder alone (default: 1, 2, "
                       "4, … up to the cores)")
@@ -165,16 +163,12 @@ def main():
     root = args.folder or os.path.join(tmp, "full")
     if not args.folder:
       write_folder(root, args.images)
-    for size in args.sizes.split(","):
-      data_dir = root if size == "full" else os.path.join(tmp, size)
-      if size != "full":
-        prepare.resize_folder(root, data_dir, int(size))
-      config.dataset.update(dict(name="folder", data_dir=data_dir, eval_split="validation"))
-      dataset = get_dataset(config)
-      stages[size] = stage_times(dataset)
-      rows += [dict(images=size, threads=t, workers=w,
-                    images_per_s=pipeline_rate(with_threads(dataset, t), args.batch, args.batches, w))
-               for w in workers for t in threads]
+    config.dataset.update(dict(name="folder", data_dir=root, eval_split="validation"))
+    dataset = get_dataset(config)
+    stages["full"] = stage_times(dataset)
+    rows += [dict(images="full", threads=t, workers=w,
+                  images_per_s=pipeline_rate(with_threads(dataset, t), args.batch, args.batches, w))
+             for w in workers for t in threads]
   store = MemoryStore(args.jpegs)
   config.dataset.name = "store"
   stored = make_dataset(config, store, store, 1000)

@@ -12,7 +12,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import (DataError, augment, decode, eval_batches, get_dataset, iterate, prepare, procedural,
+from alexnet_jax.data import (DataError, augment, decode, eval_batches, get_dataset, iterate, procedural,
                               statistics, train_batches)
 from alexnet_jax.data.pipeline import make_dataset
 
@@ -214,17 +214,6 @@ def test_processes_read_consecutive_slices_of_each_global_batch(small):
       np.testing.assert_array_equal(np.concatenate([p[step][0][key] for p in parts]), whole[step][0][key])
   with pytest.raises(ValueError, match="not divisible"):
     train_batches(small, 6, 0, 4)
-
-
-def test_resize_folder_copies_a_folder_at_a_shorter_side(folder, tmp_path_factory):
-  out = tmp_path_factory.mktemp("resized")
-  written, errors = prepare.resize_folder(str(folder), str(out), 48, workers=1)
-  assert written == 14 and len(errors) == 1 and "9_broken.jpg" in errors[0]
-  resized = get_dataset(data_config("folder", data_dir=str(out), eval_split="val", resize=48))
-  assert (resized.num_classes, resized.num_train, resized.num_eval) == (2, 10, 4)
-  image = resized.train.source[0]["image"]
-  assert min(image.shape[:2]) == 48 and image.shape[2] == 3
-  assert resized.train[0]["skipped"] == 0
 
 
 class Jpegs:

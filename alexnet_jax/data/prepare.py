@@ -23,7 +23,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from alexnet_jax.data import augment, sources, store
-from alexnet_jax.data.sources import IMAGE_SUFFIXES, UNREADABLE, DataError, decode
+from alexnet_jax.data.sources import UNREADABLE, DataError
 
 JPEG_OPTIONS = dict(subsampling="4:2:0", progressive=False, optimize=True)  # baseline, optimised Huffman tables
 RESIZE = ("PIL bilinear to the shorter side (augment.resize_shorter), then the central square; a folder's JPEGs "
@@ -174,34 +174,3 @@ def _summary(root: str, split: str, shards: int) -> dict:
   size = sum(os.path.getsize(os.path.join(root, store.shard_name(split, k, shards))) for k in range(shards))
   return dict(count=sum(p["count"] for p in parts), shards=shards, bytes=size,
               left_out=[e for p in parts for e in p["left_out"]])
-
-
-def resize_file(src: str, dst: str, size: int) -> str | None:
-  """Writes src resized to shorter side `size` as a JPEG at dst; the error, if src cannot be read."""
-  try:
-    image = augment.resize_shorter(decode(src, size), size)
-  except UNREADABLE as e:
-    return f"{src}: {e}"
-  os.makedirs(os.path.dirname(dst), exist_ok=True)
-  Image.fromarray(image).save(dst, quality=95)
-  return None
-
-
-def resize_folder(root: str, out: str, size: int, workers: int | None = None) -> tuple[int, list[str]]:
-  """(images written, errors) for a copy of root/<split>/<class>/* in out with shorter sides `size`: the folder
-  that bench_input.py times until training reads stores."""
-  if not os.path.isdir(root):
-    raise DataError(f"no image folder at {root}")
-  if os.path.abspath(root) == os.path.abspath(out):
-    raise DataError("the resized copy must go to another folder: the originals are kept")
-  jobs = []
-  for dirpath, _, files in os.walk(root):
-    for f in sorted(files):
-      if f.lower().endswith(IMAGE_SUFFIXES):
-        rel = os.path.relpath(os.path.join(dirpath, f), root)
-        jobs.append((os.path.join(root, rel), os.path.join(out, os.path.splitext(rel)[0] + ".jpg")))
-  if not jobs:
-    raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {root}")
-  with concurrent.futures.ProcessPoolExecutor(workers, SPAWN) as pool:
-    errors = [e for e in pool.map(resize_file, *zip(*jobs), [size] * len(jobs), chunksize=64) if e]
-  return len(jobs) - len(errors), errors
