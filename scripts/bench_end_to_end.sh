@@ -24,5 +24,5 @@ for w in -1 0; do
   grep '"train"' /tmp/run$w/metrics.jsonl > $OUT/train_workers$w.jsonl
   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print('workers', sys.argv[2], [round(x['steps_per_sec'] * 512) for x in r])" $OUT/train_workers$w.jsonl $w
 done
-timeout 170 python3 scripts/bench_input.py --images 1024 --sizes full --threads 16 --workers 0,8 --jpegs 2048 \
+timeout 170 python3 scripts/bench_input.py --images 1024 --threads 16 --workers 0,8 --jpegs 2048 \
   --decode_threads 1,2,4,8,16,32 --json $OUT/bench_input.json 2>&1 | tail -22
