@@ -69,6 +69,11 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
                tuple(map(float, std)))
 
 
+def dataset_setup(config, dataset) -> Setup:
+  """make_setup for a dataset: its classes, size and pixel statistics."""
+  return make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
+
+
 def create_train_state(setup: Setup, config, key) -> TrainState:
   """Initialises the state on the mesh, each tower's weights and their momentum on the tower's device."""
   s = config.image_size
@@ -208,7 +213,7 @@ def restore_newest(config, workdir: str):
   """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
   config = validate(config)
   dataset = get_dataset(config)
-  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
+  setup = dataset_setup(config, dataset)
   manager = checkpoints.manager(workdir, config)
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
@@ -227,7 +232,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir`; returns the final eval metrics."""
   config = validate(config)
   dataset = get_dataset(config)
-  setup = make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
+  setup = dataset_setup(config, dataset)
   key = jax.random.key(config.seed)
   state = create_train_state(setup, config, key)
   manager = checkpoints.manager(workdir, config)

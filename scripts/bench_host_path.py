@@ -43,8 +43,7 @@ def main():
   dataset = get_dataset(config)
   out = {f"pipeline_images_per_s_{workers}x{threads}": pipeline_rate(with_threads(dataset, threads), BATCH, 24, workers)
          for workers, threads in ((8, 16), (16, 8), (4, 16))}
-  setup = train.make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean,
-                           dataset.statistics.std)
+  setup = train.dataset_setup(config, dataset)
   batch, _ = train_batches(dataset, BATCH)[0]
   state = train.create_train_state(setup, config, jax.random.key(0))
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
