@@ -7,6 +7,7 @@ setting it (in a config file, in code or as --config.key) raises an error that n
 import ml_collections
 
 DTYPES = ("float32", "bfloat16")
+DECODERS = ("auto", "cpu", "gpu")
 
 
 def paper_config() -> ml_collections.ConfigDict:
@@ -31,11 +32,14 @@ def paper_config() -> ml_collections.ConfigDict:
       num_train_examples=0, num_eval_examples=0,
       resize=256,  # S: images stored at shorter side S, central S×S; the device crops image_size (227: Caffe's)
       pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
-      # Each batch is decoded by `threads` threads, in this process or in each of `workers` worker processes (0:
-      # none; -1: none on CPU, where XLA needs the cores, else one per 4 cores: one process stalls on the GIL, at
-      # ~600 images/s on PIL's full-size path; on a store's, JPEG decoding releases it, but Grain's per-example
-      # draws hold it ~46 µs an image, a ceiling near 20,000 images/s).
+      # Each batch is read (and decoded, on the host) by `threads` threads, in this process or in each of
+      # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 4 cores:
+      # one process stalls on the GIL, at ~600 images/s on PIL's full-size path).
       threads=16, workers=-1,
+      # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec:
+      # nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto' ('gpu' for a store on CUDA devices where
+      # nvImageCodec imports, else 'cpu'). With 'gpu', host_share of each batch is decoded by the host beside them.
+      decoder="auto", host_share=0.0,
       fast_decode=False))  # libjpeg-turbo's fast DCT and upsampling: ≤ 6 % faster, pixels off by ≤ 45 (decode.py)
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
   c.batch_size = 128
@@ -84,6 +88,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key in ("num_classes", "num_train_examples", "num_eval_examples", "pca_sigma"):
     if config.dataset[key] < 0:
       raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
+  if config.dataset.decoder not in DECODERS:
+    raise ValueError(f"config.dataset.decoder={config.dataset.decoder!r} is not one of {', '.join(map(repr, DECODERS))}")
+  if not 0 <= config.dataset.host_share <= 1:
+    raise ValueError(f"config.dataset.host_share must lie in [0, 1], got {config.dataset.host_share!r}")
   if config.dataset.threads < 1:
     raise ValueError(f"config.dataset.threads must be ≥ 1, got {config.dataset.threads!r}")
   for key in ("batch_size", "eval_batch_size", "towers", "image_size", "log_every_steps", "eval_every_steps",

@@ -22,7 +22,8 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax import checkpoints, parallel, pictures
 from alexnet_jax.config import validate
-from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, train_batches
+from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, nvdecode, train_batches
+from alexnet_jax.data.feed import Feed
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
@@ -57,6 +58,9 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
   net = Network(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init, backend=config.kernel_backend)
   mesh = parallel.make_mesh(config.mesh.model, config.mesh.data)
+  if config.batch_size % mesh.size or config.eval_batch_size % mesh.size:
+    raise ValueError(f"config.batch_size and eval_batch_size must be divisible by the mesh's {mesh.size} devices "
+                     "(each receives its own rows)")
   steps_per_epoch = max(1, num_train // config.batch_size)
   total_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
   # The paper divides the learning rate by 10 three times; boundaries are given in epochs.
@@ -94,11 +98,16 @@ def create_train_state(setup: Setup, config, key) -> TrainState:
 
 def check_batch(batch: dict, size: int, image_size: int) -> None:
   """Raises one ValueError if a training batch breaks the contract (pipeline.py) for stored images of side `size`
-  and crops of `image_size`: offsets out of range would be clamped on the device, silently."""
-  n = batch["image"].shape[0]
+  and crops of `image_size`: offsets out of range would be clamped on the device, silently. A batch for the
+  devices to decode (decoder 'gpu') carries JPEGs instead of images: its draws and labels are checked."""
+  n = len(batch["label"]) if "label" in batch else 0
   expected = dict(image=((n, size, size, 3), "uint8"), offset=((n, 2), "int32"), flip=((n,), "bool"),
                   shift=((n, 3), "float32"), label=((n,), "int32"))
-  got = {k: (np.shape(v), np.asarray(v).dtype.name) for k, v in batch.items()}
+  keys = list(batch)
+  if "jpeg" in batch:
+    del expected["image"]
+    keys = [k for k in keys if k in expected]
+  got = {k: (np.shape(batch[k]), np.asarray(batch[k]).dtype.name) for k in keys}
   if got != expected:
     raise ValueError(f"expected a batch of {_described(expected)}; got {_described(got)}")
   if n and (batch["offset"].min() < 0 or batch["offset"].max() > size - image_size):
@@ -121,11 +130,38 @@ def random_batch(n: int, image_size: int, num_classes: int, seed: int = 0, size:
               label=rng.integers(0, num_classes, n).astype(np.int32))
 
 
+def batch_sharding(mesh, ndim: int) -> NamedSharding:
+  """A batch's rows spread over every device of the mesh, 'data' major: the host sends each device its own rows
+  (on one host, half the bytes per GPU of sending the towers the whole batch each), and the step gathers the crops
+  over 'model' on the devices (model_input)."""
+  return NamedSharding(mesh, P(("data", "model"), *(None,) * (ndim - 1)))
+
+
 def put_batch(mesh, batch: dict) -> dict:
-  """Places this process's share of a batch on the mesh: the global batch axis is split over 'data' (on one host
-  the share is the whole batch)."""
-  return {k: jax.make_array_from_process_local_data(NamedSharding(mesh, P("data", *(None,) * (v.ndim - 1))), v)
-          for k, v in batch.items()}
+  """Places this process's share of a batch on the mesh, its rows spread over the devices (batch_sharding)."""
+  return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(v)), v) for k, v in batch.items()}
+
+
+def device_put_fn(config, setup: Setup, dataset):
+  """put(host batch) → (device batch, images skipped on the device), as data.feed.Feed takes it: put_batch of the
+  host's images, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs decoded on the devices."""
+  if dataset.decoder != "gpu":
+    def put(batch):
+      check_batch(batch, dataset.size, setup.image_size)
+      return put_batch(setup.mesh, batch), 0
+    return put
+  share = config.batch_size // jax.process_count()
+  decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train,
+                                   config.dataset.threads)
+
+  def put_decoded(batch):
+    check_batch(batch, dataset.size, setup.image_size)
+    if len(batch["label"]) != share:
+      raise ValueError(f"expected {share} images in this process's batch, got {len(batch['label'])}")
+    images, labels, skipped = decoder(batch)
+    rest = put_batch(setup.mesh, dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], label=labels))
+    return dict(image=images, **rest), skipped
+  return put_decoded
 
 
 def normalise(setup: Setup, images: jax.Array, shift: jax.Array | None = None) -> jax.Array:
@@ -141,7 +177,13 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
   """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
   normalised."""
   crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
-  return normalise(setup, crops, batch["shift"])
+  return normalise(setup, _towers_gather(setup, crops), batch["shift"])
+
+
+def _towers_gather(setup: Setup, images: jax.Array) -> jax.Array:
+  """Images spread over every device (batch_sharding), gathered over 'model' while still uint8 crops: the fewest
+  bytes that the towers, which each read the whole batch, can be sent."""
+  return jax.lax.with_sharding_constraint(images, NamedSharding(setup.mesh, P("data")))
 
 
 def logits_fn(setup: Setup):
@@ -182,12 +224,13 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   mean)."""
   forward, s = logits_fn(setup), setup.image_size
   if crops == 1:
-    images = normalise(setup, device_augment.center_crop(batch["image"], s))
+    images = normalise(setup, _towers_gather(setup, device_augment.center_crop(batch["image"], s)))
     return metrics_of(forward(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
   if crops != 10:
     raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
   n = batch["image"].shape[0]
-  images = normalise(setup, device_augment.ten_crops(batch["image"], s)).reshape(n * crops, s, s, 3)
+  images = normalise(setup, _towers_gather(setup, device_augment.ten_crops(batch["image"], s)))
+  images = images.reshape(n * crops, s, s, 3)
   probs = jax.nn.softmax(forward(state.params, images, jax.random.key(0), False).astype(jnp.float32))
   probs = probs.reshape(n, crops, -1).mean(1)
   return metrics_of(jnp.log(probs + 1e-30), batch["label"], batch["mask"])  # finite loss where a mean is 0
@@ -250,14 +293,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
 
   batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
-  host_batches = iterate(batches, start, input_workers(config))
+  batches_on_device = Feed(iterate(batches, start, input_workers(config)), device_put_fn(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
   for step in range(start, setup.total_steps):
-    batch, skipped_here = next(host_batches)
+    batch, skipped_here = next(batches_on_device)
     skipped += skipped_here
-    check_batch(batch, dataset.size, config.image_size)
-    state, m = p_train_step(state, put_batch(setup.mesh, batch), key)
+    state, m = p_train_step(state, batch, key)
     lr = m.pop("learning_rate")
     sums = m if sums is None else jax.tree.map(jnp.add, sums, m)
     done = step + 1
@@ -284,7 +326,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
   bar.close()
-  getattr(host_batches, "close", lambda: None)()  # stops worker processes, if any
+  batches_on_device.close()  # stops its thread and the worker processes, if any
   manager.wait_until_finished()
   writer.close()
   if not eval_metrics:  # nothing left to train: report on the restored state

@@ -16,8 +16,9 @@ def test_resize_then_random_crop_and_flip_stay_inside_the_image():
   np.testing.assert_array_equal(augment.resize_center_crop(image, 256), resized[:, 85:341])  # the paper's storage
   ramp = np.broadcast_to(np.arange(427)[None, :, None], (256, 427, 3))  # a crop's columns tell where it came from
   flips = 0
-  for _ in range(200):
-    top, left, flip = augment.crop_flip_draw(256, 427, 224, rng)
+  offsets, mirrored = augment.crop_flip_draws(200, 256, 427, 224, rng)
+  assert offsets.dtype == np.int32 and mirrored.dtype == bool
+  for (top, left), flip in zip(offsets, mirrored):
     crop = augment.crop_flip(ramp, top, left, flip, 224)
     assert crop.shape == (224, 224, 3)
     step = np.diff(crop[0, :, 0])
@@ -26,7 +27,7 @@ def test_resize_then_random_crop_and_flip_stay_inside_the_image():
     flips += step[0] == -1
   assert 60 < flips < 140  # about half the crops are mirrored
   with pytest.raises(ValueError, match="smaller than"):
-    augment.crop_flip_draw(100, 427, 224, rng)
+    augment.crop_flip_draws(1, 100, 427, 224, rng)
 
 
 def test_ten_crops_are_the_corners_the_centre_and_their_mirrors():
@@ -45,10 +46,11 @@ def test_ten_crops_are_the_corners_the_centre_and_their_mirrors():
 def test_device_crops_and_flips_equal_the_numpy_reference_for_the_same_draws():
   rng = np.random.default_rng(3)
   images = rng.integers(0, 256, (64, 40, 40, 3), dtype=np.uint8)
-  draws = [augment.crop_flip_draw(40, 40, 32, rng) for _ in range(60)]
-  draws += [(0, 0, False), (8, 8, True), (0, 8, True), (8, 0, False)]  # the corners of the offset range
-  offsets = np.array([(t, s) for t, s, _ in draws], np.int32)
-  flips = np.array([f for _, _, f in draws])
+  offsets, flips = augment.crop_flip_draws(60, 40, 40, 32, rng)
+  offsets = np.concatenate([offsets, [(0, 0), (8, 8), (0, 8), (8, 0)]]).astype(np.int32)  # the range's corners
+  flips = np.concatenate([flips, [False, True, True, False]])
+  draws = [(t, s, f) for (t, s), f in zip(offsets, flips)]
+  assert {t for t, _, _ in draws} == set(range(9))  # every offset in range is drawn
   assert 0 < flips.sum() < len(flips)
   crops = jax.jit(device_augment.crop_flip, static_argnums=3)(images, offsets, flips, 32)
   assert crops.dtype == np.uint8
@@ -68,7 +70,7 @@ def test_device_centre_and_ten_crops_equal_the_numpy_reference():
 def test_pca_noise_shifts_colour_with_the_eigen_covariance():
   rng = np.random.default_rng(1)
   eigval, eigvec, sigma = statistics.IMAGENET.eigval, statistics.IMAGENET.eigvec, 0.1
-  shifts = np.stack([augment.pca_shift(rng, eigval, eigvec, sigma) for _ in range(20000)])
+  shifts = augment.pca_shifts(20000, rng, eigval, eigvec, sigma)
   assert shifts.shape == (20000, 3) and shifts.dtype == np.float32  # one RGB shift per image
   # Zero mean and covariance P diag((σλ)²) Pᵀ: along each eigenvector p_i, independent noise of std σλ_i.
   np.testing.assert_allclose(shifts.mean(0), 0, atol=5e-4)

@@ -296,3 +296,65 @@ def test_store_batches_are_the_same_whatever_the_threads_and_resume_exactly(stor
   evaluation = list(eval_batches(one, 4))
   assert [b["mask"].sum() for b in evaluation] == [4, 1]
   np.testing.assert_array_equal(evaluation[1]["image"][0], pil_stored(store[4]["jpeg"]))
+
+
+def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(store, caplog):
+  """nvdecode on the two CPU devices (nvImageCodec's libjpeg-turbo backend): each device decodes its block of the
+  batch; the host decodes its share, the odd images (grey, CMYK, wrong size, PNG) and what a device fails on (the
+  corrupt JPEG, whose header reads), substituting and counting as the CPU decoder does."""
+  from alexnet_jax import parallel, train  # noqa: PLC0415
+  from alexnet_jax.data import nvdecode  # noqa: PLC0415
+
+  truncated = encoded(photo(30))
+  source = Jpegs(store.examples + [dict(jpeg=truncated[:len(truncated) * 2 // 3], label=1)])
+  corrupt, cut = len(store) - 1, len(store)  # 300 bytes (no header: the host's), the truncated JPEG (the devices')
+  indices = np.array([*range(1, len(source)), 5, 7, 0])  # 20 rows, 10 a device: row r holds example r + 1 up to 17
+  host = decode.Decoder(source, 48, threads=2)
+  expected, labels, skipped = host.batch(indices)
+  batch, host_skipped = host.jpeg_batch(indices, np.array([1, 12], np.int32))
+  assert set(batch["host_rows"]) == {1, 12, *range(N_REGULAR - 1, corrupt)}  # the share, then the odd ones
+  assert batch["jpeg"][cut - 1] and host_skipped == 2  # the corrupt one's substitute is the cut one, passed over
+  sharding = train.batch_sharding(parallel.make_mesh(2), 4)
+  with caplog.at_level(logging.WARNING):
+    images, device_labels, device_skipped = nvdecode.DeviceDecoder(sharding, len(indices), host, 2)(batch)
+  assert images.sharding == sharding and f"skipping unreadable image #{cut}" in caplog.text
+  np.testing.assert_array_equal(np.asarray(images), expected)
+  np.testing.assert_array_equal(device_labels, labels)
+  assert device_skipped == 1 and host_skipped + device_skipped == skipped
+
+
+def test_training_batches_are_the_same_whoever_decodes_them(store):
+  """train.device_put_fn gives the step the same batch from the host's pixels and from the devices' decoding."""
+  from alexnet_jax import train  # noqa: PLC0415
+  from alexnet_jax.data.feed import Feed  # noqa: PLC0415
+
+  config = data_config("store", threads=2)
+  config.batch_size, config.mesh.model = 8, 2
+  on_host = make_dataset(config, store, Jpegs(store.examples[:4]), 3)
+  on_devices = dataclasses.replace(on_host, decoder="gpu", host_share=0.25)
+  setup = train.dataset_setup(config, on_host)
+  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), train.device_put_fn(config, setup, d))
+           for d in (on_host, on_devices)]
+  for _ in range(3):  # an epoch and a half: the corrupt example is passed over once, on the host or the device
+    (a, a_skipped), (b, b_skipped) = (next(f) for f in feeds)
+    assert a_skipped == b_skipped and a.keys() == b.keys()
+    for k in a:
+      assert a[k].sharding == b[k].sharding
+      np.testing.assert_array_equal(a[k], b[k])
+  for f in feeds:
+    f.close()
+
+
+def test_the_feed_raises_the_error_of_its_thread():
+  from alexnet_jax.data.feed import Feed  # noqa: PLC0415
+
+  def put(batch):
+    if batch == 2:
+      raise ValueError("bad batch 2")
+    return batch * 10, 1
+
+  feed = Feed(iter([(0, 0), (1, 2), (2, 0)]), put)
+  assert [next(feed), next(feed)] == [(0, 1), (10, 3)]
+  with pytest.raises(ValueError, match="bad batch 2"):
+    next(feed)
+  feed.close()

@@ -1,6 +1,6 @@
 """The paper's image augmentation and test-time crops, on single HWC uint8/float images: the numpy reference that
-device_augment.py's batched JAX functions equal, and the draws (crop_flip_draw, pca_shift) that the host makes for
-them.
+device_augment.py's batched JAX functions equal, and the draws (crop_flip_draws, pca_shifts) that the host makes for
+them, a batch at a time.
 
 Storage: shorter side resized to 256, then the central 256×256 patch (resize_center_crop).
 Train: a random 224 crop (227 for Caffe's variant), a random horizontal flip, and
@@ -14,11 +14,11 @@ import numpy as np
 from PIL import Image
 
 
-def pca_shift(rng: np.random.Generator, eigval: np.ndarray, eigvec: np.ndarray, sigma: float) -> np.ndarray:
-  """The (3,) colour shift, in [0, 1] units, that one image gets on every pixel, along a dataset's covariance basis
-  (statistics.Statistics' eigval and eigvec)."""
-  alpha = rng.normal(0.0, sigma, 3).astype(np.float32)
-  return eigvec @ (alpha * eigval)
+def pca_shifts(n: int, rng: np.random.Generator, eigval: np.ndarray, eigvec: np.ndarray, sigma: float) -> np.ndarray:
+  """(n, 3) float32: the colour shift, in [0, 1] units, that each of n images gets on every pixel, along a dataset's
+  covariance basis (statistics.Statistics' eigval and eigvec)."""
+  alpha = rng.normal(0.0, sigma, (n, 3)).astype(np.float32)
+  return ((alpha * eigval) @ eigvec.T).astype(np.float32)
 
 
 def resize_shorter(image: np.ndarray, size: int = 256) -> np.ndarray:
@@ -38,13 +38,14 @@ def resize_center_crop(image: np.ndarray, size: int) -> np.ndarray:
   return center_crop(resize_shorter(image, size), size)
 
 
-def crop_flip_draw(h: int, w: int, size: int, rng: np.random.Generator) -> tuple[int, int, bool]:
-  """(top, left, flip) of a random size×size crop of an h×w image, mirrored if flip: the draws alone, so that the
-  host can send them and the device apply them (device_augment.crop_flip) to what the host decoded."""
+def crop_flip_draws(n: int, h: int, w: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  """(offsets (n, 2) int32, flips (n,) bool): the (top, left) of n random size×size crops of h×w images, each
+  mirrored where its flip is set: the draws alone, so that the host can send them and the device apply them
+  (device_augment.crop_flip) to what was decoded."""
   if h < size or w < size:
     raise ValueError(f"a {h}×{w} image is smaller than the {size}×{size} crop")
-  top, left = int(rng.integers(0, h - size + 1)), int(rng.integers(0, w - size + 1))
-  return top, left, bool(rng.random() < 0.5)
+  offsets = rng.integers(0, (h - size + 1, w - size + 1), (n, 2)).astype(np.int32)
+  return offsets, rng.random(n) < 0.5
 
 
 def crop_flip(image: np.ndarray, top: int, left: int, flip: bool, size: int) -> np.ndarray:

@@ -68,6 +68,42 @@ class Decoder:
     labels = np.array([label for label, _ in reads], np.int32)
     return images, labels, sum(skipped for _, skipped in reads)
 
+  def jpeg_batch(self, indices, host_rows: np.ndarray) -> tuple[dict, int]:
+    """(batch, unreadable examples passed over) for the devices to decode (nvdecode.py): 'jpeg' (N,) the JPEG bytes
+    of each example that is an S×S colour JPEG, b'' for the others and for the rows `host_rows`, which the host
+    decodes here ('host_rows' (K,) int32, 'host_image' (K, S, S, 3) uint8, an unreadable example's substitute among
+    them); 'index' (N,) int64, the examples (for a device's failure: the host decodes that one too); 'label'."""
+    indices = np.asarray(indices, np.int64)
+    examples = self._map(self._read_example, indices.tolist())
+    on_host = np.zeros(len(indices), bool)
+    on_host[host_rows] = True
+    on_host |= [example is None or not self.device_decodable(example) for example in examples]
+    rows = np.flatnonzero(on_host).astype(np.int32)
+    images = np.empty((len(rows), self.size, self.size, 3), np.uint8)
+    reads = self._map(self._read_into, indices[rows].tolist(), images)
+    labels = np.array([-1 if e is None else int(e["label"]) for e in examples], np.int32)
+    labels[rows] = [label for label, _ in reads]
+    jpegs = np.empty(len(indices), object)
+    jpegs[:] = [b"" if host else e["jpeg"] for e, host in zip(examples, on_host)]
+    batch = dict(jpeg=jpegs, host_rows=rows, host_image=images, index=indices, label=labels)
+    return batch, sum(skipped for _, skipped in reads)
+
+  def device_decodable(self, example: dict) -> bool:
+    """Whether `example` is a JPEG that nvJPEG decodes to this decoder's pixels: S×S, in colour (YCbCr)."""
+    if "jpeg" not in example:
+      return False
+    try:
+      h, w, colorspace, _ = simplejpeg.decode_jpeg_header(example["jpeg"])
+    except ValueError:
+      return False
+    return (h, w) == (self.size, self.size) and colorspace == "YCbCr"
+
+  def _read_example(self, i: int) -> dict | None:
+    try:
+      return self.source[i]
+    except UNREADABLE:
+      return None
+
   def _map(self, fn, *args) -> list:
     return list(self._pool.map(fn, *args) if self._pool else map(fn, *args))
 

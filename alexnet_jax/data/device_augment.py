@@ -1,6 +1,6 @@
 """The paper's crops and flips on the device, over batches of the stored images (N, S, S, 3) uint8 as the host sends
 them: the batched JAX twins of augment.py's numpy functions, which they equal exactly. The host draws each image's
-crop and flip (augment.crop_flip_draw) and only decodes; the device cuts the crops out of the S×S images, so it
+crop and flip (augment.crop_flip_draws) and only decodes; the device cuts the crops out of the S×S images, so it
 receives the whole stored image instead of a crop (256² against 224² pixels for the paper's net) and the host's
 cores spend no time copying windows.
 """

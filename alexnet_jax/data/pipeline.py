@@ -22,13 +22,15 @@ uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 """
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import grain
+import jax
 from absl import flags
 import numpy as np
 
-from alexnet_jax.data import augment, decode, procedural, sources, store
+from alexnet_jax.data import augment, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 
 BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
@@ -48,6 +50,8 @@ class Dataset:
   statistics: Statistics
   pca_sigma: float
   seed: int
+  decoder: str = "cpu"  # who decodes training images: the host ('cpu') or the devices ('gpu', nvdecode.py)
+  host_share: float = 0.0  # with 'gpu', the share of each batch that the host decodes beside the devices
 
   @property
   def num_train(self) -> int:
@@ -62,19 +66,27 @@ class Dataset:
     """S, the side of the images that the host sends."""
     return self.train.size
 
-  def draw(self, index: int, rng: np.random.Generator) -> dict:
-    """Training example `index`'s augmentation as the paper's recipe draws it: a random crop and flip, and a PCA
-    colour shift; none for sets that come at image_size (resize None)."""
+  def draw(self, indices: np.ndarray, rng: np.random.Generator) -> dict:
+    """A global batch of training examples `indices` with their augmentation as the paper's recipe draws it: random
+    crops and flips, and PCA colour shifts; none for sets that come at image_size (resize None). One draw per batch,
+    whatever the number of processes that share it: a process's rows are the same in a run of one process or many."""
+    n = len(indices)
     if self.resize is None:
-      return dict(index=np.int64(index), offset=np.zeros(2, np.int32), flip=np.False_, shift=np.zeros(3, np.float32))
-    top, left, flip = augment.crop_flip_draw(self.size, self.size, self.image_size, rng)
-    shift = augment.pca_shift(rng, self.statistics.eigval, self.statistics.eigvec, self.pca_sigma)
-    return dict(index=np.int64(index), offset=np.array([top, left], np.int32), flip=np.bool_(flip), shift=shift)
+      return dict(index=indices, offset=np.zeros((n, 2), np.int32), flip=np.zeros(n, bool),
+                  shift=np.zeros((n, 3), np.float32))
+    offset, flip = augment.crop_flip_draws(n, self.size, self.size, self.image_size, rng)
+    shift = augment.pca_shifts(n, rng, self.statistics.eigval, self.statistics.eigvec, self.pca_sigma)
+    return dict(index=indices, offset=offset, flip=flip, shift=shift)
 
   def train_batch(self, draws: dict) -> tuple[dict, int]:
-    """(batch, skipped) of a batch of draws: their images decoded, in the contract's order of keys."""
+    """(batch, skipped) of a batch of draws: their images decoded on the host ('cpu'), or left as JPEGs for the
+    devices to decode ('gpu': nvdecode.py), in the contract's order of keys."""
+    rest = dict(offset=draws["offset"], flip=draws["flip"], shift=draws["shift"])
+    if self.decoder == "gpu":
+      batch, skipped = self.train.jpeg_batch(draws["index"], host_rows(len(draws["index"]), self.host_share))
+      return dict(batch, **rest), skipped
     images, labels, skipped = self.train.batch(draws["index"])
-    return dict(image=images, offset=draws["offset"], flip=draws["flip"], shift=draws["shift"], label=labels), skipped
+    return dict(image=images, **rest, label=labels), skipped
 
   def eval_batch(self, indices: np.ndarray, size: int) -> dict:
     """Examples `indices` padded to `size` by repeating the last, the padding masked out."""
@@ -87,14 +99,26 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   """A grain.MapDataset whose element `step` is (batch, skipped): this process's share of the global batch of
   training step `step`, and how many unreadable images its examples passed over.
 
-  Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch), and each
-  example's crop, flip and colour noise are drawn from its position in the endless stream; processes take
-  consecutive slices of every global batch.
+  Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
+  flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
+  every global batch.
   """
   if batch_size % process_count:
     raise ValueError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
-  draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().random_map(dataset.draw)
-  return draws.batch(batch_size // process_count)[process_index::process_count].map(dataset.train_batch)
+  share = batch_size // process_count
+  draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().batch(batch_size)
+  rows = slice(process_index * share, (process_index + 1) * share)
+  return draws.random_map(dataset.draw).map(functools.partial(_process_share, dataset, rows))
+
+
+def _process_share(dataset: Dataset, rows: slice, draws: dict) -> tuple[dict, int]:
+  return dataset.train_batch({k: v[rows] for k, v in draws.items()})
+
+
+def host_rows(n: int, share: float) -> np.ndarray:
+  """The rows of an n-image batch that the host decodes when the devices decode the rest: `share` of them, spread
+  evenly, so that every device's block gets its part."""
+  return np.flatnonzero(np.diff(np.floor(np.arange(n + 1) * share)) > 0).astype(np.int32)
 
 
 def iterate(batches, start: int, workers: int):
@@ -159,10 +183,23 @@ def make_dataset(config, train, test, num_classes: int) -> Dataset:
                             "(images are resized, then cropped)")
   resize, known = train.resize, train.statistics
   size = resize or config.image_size
+  decoder = _decoder(d.decoder, isinstance(train, store.StoreSplit))
   train, test = (decode.Decoder(_first(s, n), size, d.fast_decode, d.threads)
                  for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
   stats = measure(train, seed=config.seed) if known is None else known
-  return Dataset(d.name, num_classes, train, test, config.image_size, resize, stats, d.pca_sigma, config.seed)
+  return Dataset(d.name, num_classes, train, test, config.image_size, resize, stats, d.pca_sigma, config.seed,
+                 decoder, d.host_share)
+
+
+def _decoder(choice: str, is_store: bool) -> str:
+  """config.dataset.decoder with 'auto' resolved: the devices decode a store's JPEGs on CUDA where nvImageCodec
+  imports (nvdecode.py); the host decodes everything else."""
+  if choice == "auto":
+    return "gpu" if is_store and jax.default_backend() == "gpu" and nvdecode.nvimgcodec() is not None else "cpu"
+  if choice == "gpu" and nvdecode.nvimgcodec() is None:
+    raise sources.DataError("config.dataset.decoder='gpu' needs nvImageCodec: pip install nvidia-nvimgcodec-cu13 "
+                            "nvidia-nvjpeg")
+  return choice
 
 
 class _First:
