@@ -91,8 +91,7 @@ def stage_times(dataset, n: int = 64) -> dict:
   [augment.resize_center_crop(x, dataset.resize) for x in images]
   t["resize+centre"] = time.perf_counter() - start
   start = time.perf_counter()
-  [augment.crop_flip_draw(dataset.size, dataset.size, dataset.image_size, rng) for _ in files]
-  [augment.pca_shift(rng, dataset.statistics.eigval, dataset.statistics.eigvec, dataset.pca_sigma) for _ in files]
+  dataset.draw(np.arange(len(files)), rng)  # a batch's draws at once, as the pipeline makes them
   t["draws"] = time.perf_counter() - start
   return {k: 1e3 * v / len(files) for k, v in t.items()}
 

@@ -102,6 +102,7 @@ class _Device:
   def __init__(self, nv, device, rows: slice, size: int, threads: int):
     self.nv, self.device, self.rows, self.size = nv, device, rows, size
     n = rows.stop - rows.start
+    threads = max(1, min(threads, (os.cpu_count() or 2) - 1))  # nvImageCodec warns of more, and takes fewer
     if device.platform == "cpu":
       self.cuda = None
       self.decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.CPU_ONLY)],
