@@ -300,6 +300,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     batch, skipped_here = next(batches_on_device)
     skipped += skipped_here
     state, m = p_train_step(state, batch, key)
+    del batch  # on CPU it can be a view of a worker's shared memory, which Grain releases when it is let go
     lr = m.pop("learning_rate")
     sums = m if sums is None else jax.tree.map(jnp.add, sums, m)
     done = step + 1

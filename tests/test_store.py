@@ -257,3 +257,24 @@ def test_training_reads_the_store(written):
   config.dataset.resize = 2 * SIZE
   with pytest.raises(DataError, match=f"holds {SIZE}×{SIZE} images: set config.dataset.resize={SIZE}"):
     get_dataset(config)
+
+
+def test_train_script_decodes_on_the_devices_from_a_worker_process(folder, tmp_path):
+  # The whole loop with config.dataset.decoder='gpu': a worker process reads the JPEGs, the two CPU devices decode
+  # them (nvImageCodec's CPU backend) beside the host's share; the run ends with nothing left in shared memory.
+  out, size = tmp_path / "store", 120
+  splits, classes, source = prepare.folder_sources(str(folder), [], size)
+  prepare.write_store(str(out), splits, prepare.store_settings(source, classes, size, 90, 4), 1)
+  overrides = dict(name="store", data_dir=out, eval_split="val", resize=size, num_classes=0, decoder="gpu",
+                   host_share=0.5, workers=1)
+  args = [f"--config.dataset.{k}={v}" for k, v in overrides.items()] + [
+      "--config.batch_size=4", "--config.eval_batch_size=2", "--config.num_epochs=3", "--config.log_every_steps=1"]
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config=configs/demo.py", f"--workdir={tmp_path / 'run'}",
+                        *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                       timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "leaked shared_memory" not in run.stderr
+  with open(tmp_path / "run" / "metrics.jsonl") as f:
+    lines = [json.loads(line) for line in f]
+  train = [m for m in lines if m["split"] == "train"]
+  assert [m["step"] for m in train] == [1, 2, 3] and all(np.isfinite(m["loss"]) for m in train)

@@ -55,4 +55,6 @@ class Feed:
     """Stops the thread, then the host iterator's worker processes, if any."""
     self._stop.set()
     self._thread.join()
+    while not self._ready.empty():
+      self._ready.get()
     getattr(self._host, "close", lambda: None)()

@@ -33,6 +33,7 @@ import numpy as np
 from alexnet_jax.data import augment, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 
+MIN_SHM_BYTES = 1 << 20  # arrays from worker processes that come through shared memory rather than a pipe
 BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
 
 
@@ -128,7 +129,12 @@ def iterate(batches, start: int, workers: int):
   if workers and not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Grain's workers read absl flags: outside an absl app, take their defaults
   ds = batches[start:].to_iter_dataset(_ahead())
-  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)) if workers else ds)
+  if not workers:
+    return iter(ds)
+  # Only the images travel through shared memory: a block per small array costs more than a copy, and a worker
+  # stopped between making its blocks and handing them over leaves them behind (Grain issue #398).
+  ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
+  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
 
 
 def _ahead() -> grain.ReadOptions:
