@@ -1,6 +1,6 @@
 """Training on a store, end to end, against the same step on synthetic data, on the devices present:
 
-  python scripts/bench_end_to_end.py --store DIR [--batch 512] [--steps 48] [--settings cpu:8,gpu:4,gpu:8:0.25]
+  python scripts/bench_end_to_end.py --store DIR [--batch 512] [--steps 48] [--settings cpu:8:16,gpu:4:16]
       [--backend triton] [--json OUT.json]
 
 The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; another mesh or backend with
@@ -8,9 +8,10 @@ The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; anot
   synthetic   the step on a batch of random 256×256 images already on the devices, steps back to back;
   decoder     nvdecode.DeviceDecoder alone on the store's first batch: images/s of all devices together, and per
               device (each decodes its own rows at the same time);
-  end to end  the training loop's input path as train.py runs it (Grain over the store with `workers` worker
-              processes, data.feed.Feed putting or decoding batches from its thread, steps back to back), for each
-              setting decoder:workers[:host_share]; images/s and the ratio to synthetic.
+  host        for each setting decoder:workers:threads[:host_share], the host's batches alone (Grain over the
+              store with `workers` worker processes of `threads` threads: bench_input.pipeline_rate);
+  end to end  the training loop's input path as train.py runs it (those host batches, data.feed.Feed putting or
+              decoding them from its thread, steps back to back); images/s and the ratio to synthetic.
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
@@ -29,6 +30,7 @@ from alexnet_jax.config import paper_config
 from alexnet_jax.data import get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
+from bench_input import pipeline_rate  # scripts/, beside this file
 
 
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
@@ -62,8 +64,8 @@ def main():
   parser.add_argument("--store", required=True)
   parser.add_argument("--batch", type=int, default=512)
   parser.add_argument("--steps", type=int, default=48)
-  parser.add_argument("--settings", default="cpu:8,gpu:4,gpu:8:0.25",
-                      help="decoder:workers[:host_share], comma-separated")
+  parser.add_argument("--settings", default="cpu:8:16,gpu:4:16,gpu:8:4:0.25",
+                      help="decoder:workers:threads[:host_share], comma-separated")
   parser.add_argument("--backend", default="triton", help="kernel_backend (xla for a quick run on CPU)")
   parser.add_argument("--json")
   args = parser.parse_args()
@@ -88,22 +90,26 @@ def main():
   out["decoder"] = decoder_rate(dataset, setup, args.batch)
   print(f"device decoder alone: {out['decoder']}", flush=True)
   for setting in args.settings.split(","):
-    decoder, workers, *share = setting.split(":")
-    config.dataset.update(dict(decoder=decoder, workers=int(workers), host_share=float(share[0]) if share else 0.0))
+    decoder, workers, threads, *share = setting.split(":")
+    workers = int(workers)
+    config.dataset.update(dict(decoder=decoder, workers=workers, threads=int(threads),
+                               host_share=float(share[0]) if share else 0.0))
     data = get_dataset(config)
-    feed = Feed(iterate(train_batches(data, args.batch), 0, int(workers)), train.device_put_fn(config, setup, data))
-    for _ in range(BATCHES_AHEAD * max(1, int(workers)) + AHEAD + 2):  # start-up: workers' first batches, compile
+    host = pipeline_rate(data, args.batch, args.steps, workers)
+    feed = Feed(iterate(train_batches(data, args.batch), 0, workers), train.device_put_fn(config, setup, data))
+    for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
       jax.block_until_ready(step(next(feed)[0]))
     rate = images_per_s(lambda: step(next(feed)[0]), args.batch, args.steps, windows=1)  # noqa: B023
     feed.close()
-    row = dict(decoder=decoder, workers=int(workers), host_share=data.host_share, images_per_s=rate,
-               of_synthetic=rate / out["synthetic_images_per_s"])
+    row = dict(decoder=decoder, workers=workers, threads=int(threads), host_share=data.host_share,
+               host_images_per_s=host, images_per_s=rate, of_synthetic=rate / out["synthetic_images_per_s"])
     out["rows"].append(row)
     print(row, flush=True)
-  print(f"{'decoder':>7} {'workers':>7} {'host share':>10} {'images/s':>9} {'of synthetic':>12}")
+  print(f"{'decoder':>7} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
+        f"{'of synthetic':>12}")
   for r in out["rows"]:
-    print(f"{r['decoder']:>7} {r['workers']:>7} {r['host_share']:>10.2f} {r['images_per_s']:>9,.0f} "
-          f"{r['of_synthetic']:>12.0%}")
+    print(f"{r['decoder']:>7} {r['workers']:>7} {r['threads']:>7} {r['host_share']:>10.2f} "
+          f"{r['host_images_per_s']:>10,.0f} {r['images_per_s']:>9,.0f} {r['of_synthetic']:>12.0%}")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(out, f, indent=1)
