@@ -70,10 +70,11 @@ class DeviceDecoder:
                        "nvidia-nvjpeg")
     self.sharding, self.host = sharding, host
     self.shape = (batch_size, host.size, host.size, 3)
-    blocks = sharding.addressable_devices_indices_map(self.shape)
-    first = min(index[0].start or 0 for index in blocks.values())  # this process's rows start there
-    self.devices = [_Device(nv, device, slice((index[0].start or 0) - first, index[0].stop - first), host.size,
-                            threads) for device, index in blocks.items()]
+    blocks = {device: range(*index[0].indices(batch_size))
+              for device, index in sharding.addressable_devices_indices_map(self.shape).items()}
+    first = min(rows.start for rows in blocks.values())  # this process's rows start there
+    self.devices = [_Device(nv, device, slice(rows.start - first, rows.stop - first), host.size, threads)
+                    for device, rows in blocks.items()]
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self.devices), "nvdecode")
 
   def __call__(self, batch: dict) -> tuple[jax.Array, np.ndarray, int]:
