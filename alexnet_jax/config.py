@@ -33,12 +33,13 @@ def paper_config() -> ml_collections.ConfigDict:
       resize=256,  # S: images stored at shorter side S, central S×S; the device crops image_size (227: Caffe's)
       pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
       # Each batch is read (and decoded, on the host) by `threads` threads, in this process or in each of
-      # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 4 cores:
-      # one process stalls on the GIL, at ~600 images/s on PIL's full-size path).
-      threads=16, workers=-1,
+      # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 2 cores:
+      # one process stalls on the GIL; train.input_workers has the measurements).
+      threads=4, workers=-1,
       # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec:
-      # nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto' ('gpu' for a store on CUDA devices where
-      # nvImageCodec imports, else 'cpu'). With 'gpu', host_share of each batch is decoded by the host beside them.
+      # nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where both can: 'cpu' today
+      # (2×H200, the paper's store: 37,236 images/s against 17,127; pipeline._decoder). With 'gpu', host_share of
+      # each batch is decoded by the host beside the devices.
       decoder="auto", host_share=0.0,
       fast_decode=False))  # libjpeg-turbo's fast DCT and upsampling: ≤ 6 % faster, pixels off by ≤ 45 (decode.py)
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
@@ -89,7 +90,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if config.dataset[key] < 0:
       raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
   if config.dataset.decoder not in DECODERS:
-    raise ValueError(f"config.dataset.decoder={config.dataset.decoder!r} is not one of {', '.join(map(repr, DECODERS))}")
+    raise ValueError(f"config.dataset.decoder={config.dataset.decoder!r} is not one of "
+                     f"{', '.join(map(repr, DECODERS))}")
   if not 0 <= config.dataset.host_share <= 1:
     raise ValueError(f"config.dataset.host_share must lie in [0, 1], got {config.dataset.host_share!r}")
   if config.dataset.threads < 1:

@@ -338,12 +338,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def input_workers(config) -> int:
-  """config.dataset.workers, with -1 resolved: none on CPU (XLA's compute needs the cores), else a process per 4
-  cores (2026-11-30, 32-core H200 host, full-size JPEGs: 16 threads in one process made 628 images/s, 16 threads in
-  each of 8 processes 4,411; docs/BENCHMARKS.md)."""
+  """config.dataset.workers, with -1 resolved: none on CPU (XLA's compute needs the cores), else a process per 2
+  cores. Measured on the 32-core host of 2×H200 (2026-11-30, the paper's store, batch 512, the training loop's input
+  path; docs/BENCHMARKS.md): 16 processes of 4 threads fed 37,236 images/s, 24 of 2 34,214, 8 of 16 24,925, one
+  process of 32 threads 5,191."""
   if config.dataset.workers >= 0:
     return config.dataset.workers
-  return 0 if jax.default_backend() == "cpu" else max(1, (os.cpu_count() or 4) // 4)
+  return 0 if jax.default_backend() == "cpu" else max(1, (os.cpu_count() or 4) // 2)
 
 
 def data_position(config, dataset, next_batch: int) -> dict:

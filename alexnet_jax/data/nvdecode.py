@@ -192,7 +192,8 @@ class _CudaRuntime:
 @functools.cache
 def _cuda_runtime() -> _CudaRuntime:
   names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
-  names += sorted(hit for path in sys.path for hit in glob.glob(os.path.join(path, "nvidia", "*", "lib", "libcudart.so*")))
+  wheels = (os.path.join(path, "nvidia", "*", "lib", "libcudart.so*") for path in sys.path)
+  names += sorted(hit for pattern in wheels for hit in glob.glob(pattern))
   for name in names:
     try:
       return _CudaRuntime(ctypes.CDLL(name))
