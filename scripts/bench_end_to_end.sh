@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end on a GPU pair: 4,096 ImageNet-like photos written as a folder, the paper's store made from them
-# (make prepare's script), the synthetic train step (bench_step) against scripts/train.py reading the store with
+# (make prepare's script), the synthetic train step (benchmark.py) against scripts/train.py reading the store with
 # worker processes (-1: one per 4 cores) and without, then bench_input's full-size rows and the CPU decoder per thread
 # count. Results in $OUT (default ./runs/end_to_end). Run from the repository root: bash scripts/bench_end_to_end.sh
 set -u
@@ -13,8 +13,8 @@ t0=$(date +%s)
 python3 -c "import sys; sys.path.insert(0, 'scripts'); import bench_input; bench_input.write_folder('/tmp/photos', 4096)"
 echo "folder of 4,096 photos written in $(( $(date +%s) - t0 )) s; $(du -sb /tmp/photos | cut -f1) bytes"
 python3 scripts/prepare_data.py --name=folder --data_dir=/tmp/photos --store=/tmp/store 2>&1 | tail -5 | tee $OUT/prepare.txt
-python3 scripts/bench_step.py --config configs/alexnet_2gpu.py --backends triton --dtypes bfloat16 --batches 512 \
-  --json $OUT/bench_step.json 2>&1 | grep -v MiB | tail -3
+python3 scripts/benchmark.py --config configs/alexnet_2gpu.py --systems triton:split --dtypes bfloat16 --batches 512 \
+  --json $OUT/benchmark.json 2>&1 | grep -v "MiB\|cross-device" | tail -3
 for w in -1 0; do
   timeout 150 python3 scripts/train.py --config configs/alexnet_2gpu.py --workdir /tmp/run$w \
     --config.dataset.name=store --config.dataset.data_dir=/tmp/store --config.dataset.eval_split=validation \
