@@ -3,7 +3,8 @@ create_perfetto_trace=True)` writes (dir/plugins/profile/<run>/perfetto_trace.js
 of the traced program, which names each op's layer (its op_name path) and kind.
 
 Which events are device work: on a GPU, every event on the device's stream lines ("/device:GPU:0", threads
-"Stream #…": kernels, memcpys, NCCL); on a TPU, its "XLA Ops" line; on the CPU, the thunks that XLA:CPU runs on
+"Stream #…": kernels, memcpys, NCCL); on a TPU, its "XLA Ops" line (failing both, every line that the profiler
+does not derive from others); on the CPU, the thunks that XLA:CPU runs on
 host threads (events with an `hlo_op` argument; the device is their `device_ordinal`). Of events nested on one
 thread only the innermost count, so no time is counted twice. Busy time is the union of a device's events, wall
 time the span from its first event's start to its last event's end; both per step.
@@ -21,6 +22,8 @@ COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")  # a computation's first line, at column 0
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +59,24 @@ def _kind(opcode: str, line: str) -> str:
 
 
 def hlo_ops(hlo_text: str) -> dict[str, HloOp]:
-  """Every instruction of compiled HLO text by name: its opcode, kind and op_name."""
-  ops = {}
+  """Every instruction of compiled HLO text by name: its opcode, kind and op_name. A fusion without an op_name of
+  its own (XLA leaves it off multi-output fusions) takes the first one in the computation it calls."""
+  ops, calls, first_scope, computation = {}, {}, {}, None
   for line in hlo_text.splitlines():
+    if m := _COMPUTATION.match(line):
+      computation = m.group(1)
+      continue
     if m := _INSTRUCTION.match(line):
       name, opcode = m.groups()
       scope = _OP_NAME.search(line)
       ops[name] = HloOp(opcode, _kind(opcode, line), scope.group(1) if scope else "")
+      if scope:
+        first_scope.setdefault(computation, scope.group(1))
+      if callee := _CALLS.search(line):
+        calls[name] = callee.group(1)
+  for name, callee in calls.items():
+    if not ops[name].scope and callee in first_scope:
+      ops[name] = dataclasses.replace(ops[name], scope=first_scope[callee])
   return ops
 
 
@@ -89,13 +103,12 @@ def device_events(trace: dict) -> list[Event]:
   for e in complete:
     if e["pid"] in device_pids:
       by_pid[e["pid"]].add(threads.get((e["pid"], e.get("tid")), ""))
+  wanted = {pid: _work_lines(lines) for pid, lines in by_pid.items()}
   picked = []
   for e in complete:
     args, thread = e.get("args", {}), threads.get((e["pid"], e.get("tid")), "")
     if e["pid"] in device_pids:
-      lines = by_pid[e["pid"]]
-      wanted = thread.startswith("Stream") if any(t.startswith("Stream") for t in lines) else thread == "XLA Ops"
-      if not wanted:
+      if thread not in wanted[e["pid"]]:
         continue
       device = processes[e["pid"]].removeprefix("/device:")
     elif not device_pids and "hlo_op" in args:  # XLA:CPU runs its thunks on host threads
@@ -105,6 +118,18 @@ def device_events(trace: dict) -> list[Event]:
     picked.append(Event(device, (e["pid"], e.get("tid")), e["name"], args.get("hlo_op", ""), float(e["ts"]),
                         float(e["dur"])))
   return _innermost(picked)
+
+
+# Lines that the profiler derives from the device's own (steps, modules, ops spanning their kernels): counted, they
+# would count the same time twice.
+DERIVED_LINES = ("XLA Modules", "XLA Ops", "Steps", "Launch Stats", "Framework Ops", "Framework Name Scope",
+                 "Source code", "TensorFlow Ops", "TensorFlow Name Scope")
+
+
+def _work_lines(lines: set) -> set:
+  """A device's lines of work: its streams (GPU), else its "XLA Ops" (TPU), else every line not derived."""
+  streams = {t for t in lines if t.startswith("Stream")}
+  return streams or ({"XLA Ops"} & lines) or {t for t in lines if t not in DERIVED_LINES}
 
 
 def _innermost(events: list[Event]) -> list[Event]:
@@ -140,18 +165,21 @@ def layer_of(scope: str, layer_names) -> str:
 def summarise(events: list[Event], ops: dict[str, HloOp], layer_names, steps: int) -> dict:
   """Per device: busy and wall ms per step, event count per step, and the time per step of each (layer, pass, kind)
   group with its kernels, largest first; ms per step by kind across layers."""
+  by_kernel_name = {re.sub(r"[.\-]", "_", name): op for name, op in ops.items()}
   out = {}
   for device in sorted({e.device for e in events}):
     evs = [e for e in events if e.device == device]
     groups = collections.defaultdict(lambda: dict(us=0.0, calls=0, kernels=collections.Counter()))
     kinds = collections.Counter()
     for e in evs:
-      op = ops.get(e.hlo_op) or ops.get(e.name)
+      # A kernel without its op's name (as in a CUDA graph) is named after its fusion, with '.' and '-' as '_'.
+      op = ops.get(e.hlo_op) or ops.get(e.name) or by_kernel_name.get(e.name)
       kind = op.kind if op else ("memcpy" if "memcpy" in e.name.lower() else "other")
       if "nccl" in e.name.lower():
         kind = "collective"
       scope = op.scope if op else ""
-      key = (layer_of(scope, layer_names), "bwd" if "transpose(" in scope else "fwd", kind)
+      layer = layer_of(scope, layer_names) if scope else "no op_name" if op else "no HLO op"
+      key = (layer, "bwd" if "transpose(" in scope else "fwd", kind)
       g = groups[key]
       g["us"] += e.dur
       g["calls"] += 1
