@@ -77,9 +77,11 @@ def build(system: System, config) -> Step:
   if system.impl == "plain":
     table = setup.net.table
     net = baseline.PlainNetwork(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init)
-    create = lambda k: train.placed_state(  # noqa: E731
-        setup, lambda k: baseline.init_params(net, k, config.image_size),
-        lambda params: baseline.param_shardings(setup.mesh, table, params), k)
+
+    def create(key):
+      return train.placed_state(setup, lambda k: baseline.init_params(net, k, config.image_size),
+                                lambda params: baseline.param_shardings(setup.mesh, table, params), key)
+
     forward = baseline.sharded_apply(net, setup.mesh)
   else:
     create, forward = functools.partial(train.create_train_state, setup, config), None
