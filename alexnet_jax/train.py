@@ -81,14 +81,21 @@ def dataset_setup(config, dataset) -> Setup:
 def create_train_state(setup: Setup, config, key) -> TrainState:
   """Initialises the state on the mesh, each tower's weights and their momentum on the tower's device."""
   s = config.image_size
+  return placed_state(setup, lambda key: setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"],
+                      lambda params: parallel.param_shardings(setup.mesh, setup.net, params), key)
+
+
+def placed_state(setup: Setup, init_params, shardings, key) -> TrainState:
+  """The state of the parameters init_params(key) for setup's optimiser, made where shardings(parameter shapes)
+  places them."""
 
   def init(key):
-    params = setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
+    params = init_params(key)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=setup.tx.init(params))
 
   shapes = jax.eval_shape(init, key)
   replicated = NamedSharding(setup.mesh, P())
-  params = parallel.param_shardings(setup.mesh, setup.net, shapes.params)
+  params = shardings(shapes.params)
   # XLA does not carry the parameters' placement over to zeros made from them: each weight's momentum is given
   # its weight's sharding, or it would all land on one device.
   opt_state = optax.tree_utils.tree_map_params(setup.tx, lambda _, sharding: sharding, shapes.opt_state, params,
@@ -201,9 +208,10 @@ def metrics_of(logits, labels, mask=None):
               count=jnp.sum(mask))
 
 
-def train_step(state: TrainState, batch: dict, key, *, setup: Setup):
-  """One SGD step; the dropout key is folded with the step so that a resumed run draws the same masks."""
-  forward = logits_fn(setup)
+def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=None):
+  """One SGD step; the dropout key is folded with the step so that a resumed run draws the same masks. `forward`
+  (params, NHWC images, key, train) → logits stands in for the setup's network (the benchmark's plain-XLA one)."""
+  forward = forward or logits_fn(setup)
   key = jax.random.fold_in(key, state.step)
 
   def loss_fn(params):

@@ -4,7 +4,7 @@
       [--backend triton] [--json OUT.json]
 
 The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; another mesh or backend with
---config-like flags is a job for bench_step). Rows, all in one process and one compiled step:
+--config-like flags is a job for benchmark.py). Rows, all in one process and one compiled step:
   synthetic   the step on a batch of random 256×256 images already on the devices, steps back to back;
   decoder     nvdecode.DeviceDecoder alone on the store's first batch: images/s of all devices together, and per
               device (each decodes its own rows at the same time);

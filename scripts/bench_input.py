@@ -32,7 +32,7 @@ from alexnet_jax.config import paper_config
 from alexnet_jax.data import augment, decode, get_dataset, iterate, procedural, sources, train_batches
 from alexnet_jax.data.pipeline import BATCHES_AHEAD, make_dataset
 
-# 2×H200, paper net, bf16, Triton kernels, batch 512, steps back to back (docs/BENCHMARKS.md, bench_step.py)
+# 2×H200, paper net, bf16, Triton kernels, batch 512, steps back to back (docs/BENCHMARKS.md, scripts/benchmark.py)
 MODEL_IMAGES_PER_S = 83_839
 SIZES = ((500, 375), (500, 333), (375, 500), (500, 400), (400, 300))  # (width, height) of typical ImageNet photos
 

@@ -280,7 +280,8 @@ def test_command_line_reports_bad_input_in_one_line(tmp_path, flag, message):
 
 @pytest.mark.parametrize("script,others", [
     ("train.py", ["--workdir", "WORKDIR"]), ("evaluate.py", ["--workdir", "WORKDIR"]),
-    ("visualize.py", ["--workdir", "WORKDIR"]), ("bench_step.py", []), ("verify_kernels.py", []),
+    ("visualize.py", ["--workdir", "WORKDIR"]), ("benchmark.py", []), ("profile_step.py", []),
+    ("verify_kernels.py", []),
 ])
 def test_every_script_reports_a_mistyped_config_key_in_one_line(tmp_path, script, others):
   args = [str(tmp_path) if a == "WORKDIR" else a for a in others]

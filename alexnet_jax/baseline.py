@@ -1,0 +1,185 @@
+"""The benchmark's yardstick: a layer table as a JAX user would write it with plain XLA, no kernels of ours.
+
+NHWC activations and HWIO kernels (XLA's and cuDNN's favourite layouts), `lax.conv_general_dilated` in the compute
+dtype, `reduce_window` for max-pooling and LRN's channel sum, `jnp.dot` for the fc layers, and the paper's tower
+split with `jax.shard_map`: all-gathers where a layer reads every tower (conv3, fc6, fc7), a psum where each tower's
+partial outputs are summed (fc8). On one device the towers are grouped convolutions (`feature_group_count`); data
+parallelism is the same shard_map over 'data', the gradients summed by differentiating through it. (Left to
+itself, XLA:CPU partitioned the grouped convolutions of the jitted one-device program over 'data' with
+all-gathers of activations.) Parameters are float32 and cast where they are used.
+
+Each weight is one array as a plain model holds it, the towers' filters one block after another on its output
+axis: conv kernels (KH, KW, C_in/groups, F), fc kernels (F_in, F_out) with the first fc reading the maps flattened in
+(H, W, C) order, biases (F,). A tower split shards the output axis over 'model' (split='sum': the input axis).
+`from_ours` maps `Network`'s parameters across, so both compute the same function (tests/test_baseline.py).
+"""
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax.interchange import to_torch
+from alexnet_jax.layer_shapes import traced_shapes
+from alexnet_jax.networks import Layer, Table
+
+
+class PlainNetwork(nn.Module):
+  """Applies a layer table to NHWC images (N, H, W, 3) and returns logits (N, classes) in float32."""
+
+  table: Table
+  dtype: Any = jnp.float32
+  tower_axis: str | None = None  # mesh axis the towers are spread over (inside shard_map); None: all towers here
+  weight_init: str = "paper"  # as Network's: 'paper' N(0, 0.01) and the table's biases, 'he' N(0, 2/fan_in)
+
+  @nn.compact
+  def __call__(self, x, *, train: bool = False):
+    towers = self.table.towers
+    local = towers // lax.axis_size(self.tower_axis) if self.tower_axis else towers
+    x = x.astype(self.dtype)
+    in_blocks = self.table.tower_blocks()
+    for layer, blocks in zip(self.table.layers, in_blocks):
+      with jax.named_scope(layer.name):
+        reads_all = layer.kind == "conv" and layer.inputs == "all" or layer.kind == "fc" and layer.split == "out"
+        if blocks and reads_all:
+          x, blocks = self._gather(x), False
+        if layer.kind == "conv":
+          groups = local if blocks else 1
+          kernel, bias = self._weights(layer, (layer.size, layer.size, x.shape[-1] // groups,
+                                               layer.filters // towers * local))
+          p = layer.padding
+          x = lax.conv_general_dilated(x, kernel, (layer.stride, layer.stride), ((p, p), (p, p)),
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)
+          x = _relu(x + bias, layer.relu)
+        elif layer.kind == "fc" and layer.split == "sum":  # own tower's features by own rows, summed over towers
+          x = x.reshape(x.shape[0], -1)
+          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters))
+          x = jnp.dot(x, kernel, preferred_element_type=jnp.float32)
+          x = _relu((lax.psum(x, self.tower_axis) if self.tower_axis else x) + bias, layer.relu)
+        elif layer.kind == "fc":
+          x = x.reshape(x.shape[0], -1)
+          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters // towers * local))
+          x = _relu(jnp.dot(x, kernel) + bias, layer.relu)
+        elif layer.kind == "lrn":
+          x = lrn(x, layer, groups=local if blocks else 1)
+        elif layer.kind == "pool":
+          x = lax.reduce_window(x, -jnp.inf, lax.max, (1, layer.size, layer.size, 1),
+                                (1, layer.stride, layer.stride, 1), "VALID")
+        elif layer.kind == "dropout" and train:
+          key = self.make_rng("dropout")
+          key = jax.random.fold_in(key, lax.axis_index(self.tower_axis)) if self.tower_axis else key
+          x = jnp.where(jax.random.bernoulli(key, 1.0 - layer.rate, x.shape), x / (1.0 - layer.rate), 0)
+    if in_blocks[-1] and self.tower_axis:  # the last layer split its outputs over towers: every device needs all
+      x = lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True, to="invarying")
+    return x.astype(jnp.float32)
+
+  def _gather(self, x):
+    return lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True) if self.tower_axis else x
+
+  def _weights(self, layer: Layer, shape: tuple[int, ...]):
+    kernel, bias = Weights(layer, shape, self.weight_init, name=layer.name)()
+    return kernel.astype(self.dtype), bias.astype(self.dtype)
+
+
+class Weights(nn.Module):
+  """A layer's kernel of `shape` and its bias (F,)."""
+
+  layer: Layer
+  shape: tuple[int, ...]
+  weight_init: str
+
+  @nn.compact
+  def __call__(self):
+    std = 0.01 if self.weight_init == "paper" else (2.0 / np.prod(self.shape[:-1])) ** 0.5  # fan-in, as Network's
+    kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.shape)
+    bias_init = self.layer.bias_init if self.weight_init == "paper" else 0.0
+    return kernel, self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), (self.shape[-1],))
+
+
+def _relu(x, on: bool):
+  return jax.nn.relu(x) if on else x
+
+
+def lrn(x, layer: Layer, groups: int = 1):
+  """The paper's LRN across channels (NHWC), each of `groups` channel blocks on its own, in the activation dtype."""
+  n = layer.size
+  squares = jnp.square(x).reshape(*x.shape[:-1], groups, x.shape[-1] // groups)
+  sums = lax.reduce_window(squares, 0.0, lax.add, (1, 1, 1, 1, n), (1,) * 5,
+                           ((0, 0),) * 4 + ((n // 2, (n - 1) // 2),)).reshape(x.shape)
+  alpha = layer.alpha / n if layer.alpha_over_n else layer.alpha
+  return x * (layer.k + alpha * sums) ** -layer.beta
+
+
+def param_specs(table: Table, params, tower_axis: str | None = "model"):
+  """The towers' block axis of every weight over `tower_axis` (None: every weight whole): the output axis, the
+  input axis of a split='sum' kernel; a split='sum' bias is replicated."""
+  summed = {layer.name for layer in table.layers if layer.split == "sum"}
+
+  def spec(path, leaf):
+    layer, kind = (k.key for k in path[-2:])
+    if tower_axis is None:
+      return P()
+    if layer in summed:
+      return P(tower_axis, None) if kind == "kernel" else P()
+    return P(*(None,) * (len(leaf.shape) - 1), tower_axis)
+
+  return jax.tree_util.tree_map_with_path(spec, params)
+
+
+def sharded_apply(net: PlainNetwork, mesh):
+  """apply(params, images_nhwc, dropout_key, train) → logits (N, classes), the towers over the mesh axis 'model' and
+  the batch over 'data' under shard_map (axes of one device are left out); on one device, just the network."""
+  if net.table.towers % mesh.shape["model"]:
+    raise ValueError(f"{net.table.towers} towers cannot be spread evenly over a model axis of {mesh.shape['model']}")
+  manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1}
+  batch = "data" if "data" in manual else None
+  node = net.clone(tower_axis="model" if "model" in manual else None)
+
+  def apply(params, images, key, train):
+    if batch:  # each data shard draws its own dropout masks
+      key = jax.random.fold_in(key, lax.axis_index("data"))
+    return node.apply({"params": params}, images, train=train, rngs={"dropout": key})
+
+  def run(params, images, key, train=False):
+    if not manual:
+      return apply(params, images, key, train)
+    specs = param_specs(net.table, params, node.tower_axis)
+    fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
+                       in_specs=(specs, P(batch), P()), out_specs=P(batch))
+    return fn(params, images, key)
+
+  return run
+
+
+def init_params(net: PlainNetwork, key, image_size: int):
+  return net.init(key, jnp.zeros((1, image_size, image_size, 3)), train=False)["params"]
+
+
+def param_shardings(mesh, table: Table, params):
+  return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(table, params))
+
+
+def from_ours(params, table: Table, image_size: int = 224) -> dict:
+  """`Network`'s parameters (host or sharded) → PlainNetwork's, float32 numpy: through the PyTorch layout
+  (interchange.py), conv kernels OIHW → HWIO, fc kernels transposed, and the first fc's rows from (C, H, W) order to
+  NHWC's (H, W, C)."""
+  torch = to_torch(params, table)
+  _, inputs = traced_shapes(table, image_size)
+  out = {}
+  for layer in table.weighted():
+    w = torch[f"{layer.name}.weight"]
+    if w.ndim == 4:
+      kernel = w.transpose(2, 3, 1, 0)
+    elif len(inputs[layer.name]) == 4:  # the first fc: it reads (C, H, W, N) maps
+      c, h, wd, _ = inputs[layer.name]
+      kernel = w.reshape(-1, c, h, wd).transpose(2, 3, 1, 0).reshape(h * wd * c, -1)
+    else:
+      kernel = w.T
+    out[layer.name] = {"kernel": np.ascontiguousarray(kernel), "bias": torch[f"{layer.name}.bias"]}
+  return out

@@ -1,0 +1,111 @@
+"""The train steps that scripts/benchmark.py times and scripts/profile_step.py traces, one per system.
+
+A system is `IMPL:LAYOUT`. IMPL is one of our kernel backends (`triton`, `xla`, `auto`, `interpret`: the config's
+network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss,
+input and SGD-momentum update. LAYOUT places it on the devices, whatever the config's mesh says:
+
+  split  the paper's towers, one per device (mesh model=towers, data=1)
+  dp     data parallelism: every tower on every device, the batch split over all devices (model=1, data=all)
+  one    every tower on one device (model=1, data=1)
+
+Steps run on random stored-size images with crop offsets and flips, as training sends them (the device cuts the
+crops), and one dropout key folded with the step inside it.
+"""
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from alexnet_jax import baseline, ops, train
+from alexnet_jax.config import validate
+from alexnet_jax.layer_shapes import traced_shapes
+from alexnet_jax.networks import Table
+
+IMPLS = ("plain", *ops.BACKENDS)
+LAYOUTS = ("split", "dp", "one")
+IMAGENET_TRAIN = 1_281_167  # synthetic batches stand in for ImageNet unless the config names its sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+  impl: str
+  layout: str
+
+  @classmethod
+  def parse(cls, text: str) -> "System":
+    impl, _, layout = text.partition(":")
+    if impl not in IMPLS or layout not in LAYOUTS:
+      raise ValueError(f"unknown system {text!r}: write IMPL:LAYOUT with IMPL one of {', '.join(IMPLS)} and LAYOUT "
+                       f"one of {', '.join(LAYOUTS)}, e.g. triton:split")
+    return cls(impl, layout)
+
+  def __str__(self) -> str:
+    return f"{self.impl}:{self.layout}"
+
+
+def configured(system: System, config, devices: int):
+  """A validated copy of `config` for the system on `devices` devices: its backend and mesh."""
+  c = config.copy_and_resolve_references()
+  if system.impl != "plain":
+    c.kernel_backend = system.impl
+  c.mesh.model, c.mesh.data = {"split": (c.towers, 1), "dp": (1, devices), "one": (1, 1)}[system.layout]
+  if c.mesh.model * c.mesh.data > devices:
+    raise ValueError(f"system {system} needs {c.mesh.model * c.mesh.data} devices, but {devices} are available")
+  return validate(c)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """A compiled train step and what it runs on: call `compiled(state, batch, key)` → (state, metrics)."""
+
+  setup: train.Setup
+  compiled: jax.stages.Compiled
+  state: train.TrainState
+  batch: dict
+  key: jax.Array
+
+
+def build(system: System, config) -> Step:
+  """The system's train step for `config`, compiled, with its initial state and a random batch on the mesh."""
+  config = configured(system, config, jax.device_count())
+  classes = config.dataset.num_classes or 1000
+  setup = train.make_setup(config, classes, config.dataset.num_train_examples or IMAGENET_TRAIN)
+  key = jax.random.key(config.seed)
+  if system.impl == "plain":
+    table = setup.net.table
+    net = baseline.PlainNetwork(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init)
+
+    def create(key):
+      return train.placed_state(setup, lambda k: baseline.init_params(net, k, config.image_size),
+                                lambda params: baseline.param_shardings(setup.mesh, table, params), key)
+
+    forward = baseline.sharded_apply(net, setup.mesh)
+  else:
+    create, forward = functools.partial(train.create_train_state, setup, config), None
+  batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes,
+                                                         size=config.dataset.resize))
+  step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
+  dropout_key = jax.random.key(1)
+  # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
+  # before the (on a CPU, slow) initialisation.
+  compiled = step.lower(jax.eval_shape(create, key), batch, dropout_key).compile()
+  return Step(setup, compiled, create(key), batch, dropout_key)
+
+
+def train_flops_per_image(table: Table, image_size: int) -> int:
+  """FLOPs of one image's train step counted from the layer table: 2 × the multiply-adds of every conv and fc layer's
+  forward pass, × 3 for forward, data gradient and filter gradient (conv1's data gradient, which no one computes,
+  included, as MFU figures usually count it). Pools, LRN, the loss and the update are left out."""
+  params, inputs = traced_shapes(table, image_size)
+  layers = table.layers
+  macs = 0
+  for i, layer in enumerate(layers):
+    if layer.kind == "conv":  # every kernel weight meets every output position once
+      _, out_h, out_w, _ = inputs[layers[i + 1].name]
+      macs += math.prod(params[layer.name]["kernel"]) * out_h * out_w
+    elif layer.kind == "fc":
+      macs += math.prod(params[layer.name]["kernel"])
+  return 3 * 2 * macs

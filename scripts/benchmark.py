@@ -1,0 +1,232 @@
+"""Times the train step (forward, backward, SGD-momentum update) of our systems against plain XLA, in one run.
+
+  python scripts/benchmark.py --config configs/alexnet_2gpu.py [--config.key=value …]
+      [--systems triton:split,xla:split,triton:dp,triton:one,plain:split,plain:dp,plain:one] [--dtypes bfloat16]
+      [--batches 128,512,1024] [--steps 20] [--windows 5] [--peak_tflops 790] [--json OUT.json]
+
+Systems (alexnet_jax/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network with
+that kernel backend, `plain` the same table written as a JAX user would with plain XLA (alexnet_jax/baseline.py:
+NHWC, lax.conv_general_dilated in the compute dtype, reduce_window pools and LRN); LAYOUT `split` puts the paper's
+towers on two devices (shard_map; all-gathers at conv3, fc6, fc7, a psum at fc8), `dp` every tower on every device
+with the batch split over all of them, `one` every tower on one device. Both sides run the same loss, input (random
+stored-size images, crops cut on the device) and optimiser; only the network differs.
+
+The dtypes and batch sizes default to the config's. Each system × dtype × global batch runs in a process of its own
+(--noseparate: all in this one), so each has the devices to itself and its memory peak is its own. Throughput:
+--steps steps dispatched back to back with one wait at the end, as training runs them; the median time per step of
+--windows such windows, and their spread (slowest minus fastest window, over the median); 3 warm-up steps first.
+Latency ("blocked"): as many steps, each waited for. MFU: train FLOPs per image × images/s ÷ (--peak_tflops × the
+system's devices), the FLOPs counted from the layer table (systems.train_flops_per_image: 3 × 2 × the conv and fc
+multiply-adds, 4.35 GFLOP for the paper's net at 224; pools, LRN and the update left out) against the peak the flag
+states (790 TFLOP/s: the figure issue 10 takes for an H200's dense bf16). XLA's own count (cost_analysis of the
+compiled step, which cannot see inside our Triton kernels) is in the JSON as xla_flops_per_device. Memory per
+device: "step" is what XLA's analysis of the compiled step says it holds (arguments + outputs + temporaries −
+donated buffers reused), "peak" the allocator's peak while the process built and ran it (compilation's autotuning
+included; the first rows' peaks carry over with --noseparate; absent on CPU). ×plain: images/s over the `plain`
+system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` row. Also the bytes each cross-device
+collective moves per step, from the compiled HLO.
+Prints a table; writes the rows as JSON.
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import flags
+
+from alexnet_jax import cli
+from alexnet_jax.config import DTYPES, apply_process_settings
+
+ALL_SYSTEMS = ["triton:split", "xla:split", "triton:dp", "triton:one", "plain:split", "plain:dp", "plain:one"]
+
+cli.define_config("a configs/*.py file")
+flags.DEFINE_list("systems", ALL_SYSTEMS, "IMPL:LAYOUT systems to time (IMPL: plain or a kernel backend; LAYOUT: "
+                  "split, dp or one)")
+flags.DEFINE_list("dtypes", [], "compute dtypes to time (default: the config's)")
+flags.DEFINE_list("batches", [], "global batch sizes to time (default: the config's)")
+flags.DEFINE_integer("steps", 20, "steps per timed window")
+flags.DEFINE_integer("windows", 5, "timed windows of back-to-back steps")
+flags.DEFINE_float("peak_tflops", 790.0, "peak TFLOP/s of one device for MFU (790: an H200's bf16, as issue 10)")
+flags.DEFINE_bool("separate", True, "run each system × dtype × batch in a process of its own")
+flags.DEFINE_string("json", None, "write the rows here")
+
+
+def device_bytes(compiled) -> int:
+  """What one device holds while the step runs: its arguments, outputs and temporaries, less the donated arguments
+  that XLA reuses as outputs."""
+  m = compiled.memory_analysis()
+  return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+
+
+def collective_bytes(table, hlo_text) -> dict:
+  from alexnet_jax import hlo  # noqa: PLC0415
+
+  names, traffic = [layer.name for layer in table.layers], {}
+  for c in hlo.collectives(hlo_text):
+    if c.group_size > 1:
+      key = f"{'+'.join(c.layers(names)) or 'other'} {c.kind}"
+      traffic[key] = traffic.get(key, 0) + c.bytes
+  return traffic
+
+
+def xla_flops(compiled):
+  costs = compiled.cost_analysis()
+  costs = costs[0] if isinstance(costs, list) else costs
+  return (costs or {}).get("flops")
+
+
+def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dict:
+  """Builds the system's step for `config` in this process and times it."""
+  import jax  # noqa: PLC0415  (the parent of --separate runs never starts a backend: its children need the devices)
+
+  from alexnet_jax import systems  # noqa: PLC0415
+
+  s = systems.build(system, config)
+  compiled, state, batch, key = s.compiled, s.state, s.batch, s.key
+  for _ in range(3):
+    state, m = compiled(state, batch, key)
+  jax.block_until_ready((state, m))
+  pipelined = []
+  for _ in range(windows):
+    t0 = time.perf_counter()
+    for _ in range(steps):
+      state, m = compiled(state, batch, key)
+    jax.block_until_ready((state, m))
+    pipelined.append((time.perf_counter() - t0) / steps)
+  blocked = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    state, m = compiled(state, batch, key)
+    jax.block_until_ready((state, m))
+    blocked.append(time.perf_counter() - t0)
+  devices = list(s.setup.mesh.devices.flat)
+  stats = [d.memory_stats() for d in devices]
+  ms, b = statistics.median(pipelined) * 1e3, config.batch_size
+  flops = systems.train_flops_per_image(s.setup.net.table, config.image_size)
+  return dict(devices=len(devices), mesh=dict(s.setup.mesh.shape), dtype=config.dtype, batch=b,
+              image_size=config.image_size, width=config.width, step_ms=ms,
+              window_spread=(max(pipelined) - min(pipelined)) * 1e3 / ms, images_per_s=b / ms * 1e3,
+              blocked_step_ms=statistics.median(blocked) * 1e3, flops_per_image=flops,
+              mfu=flops * b / ms * 1e3 / (peak_tflops * 1e12 * len(devices)), peak_tflops=peak_tflops,
+              xla_flops_per_device=xla_flops(compiled), step_gib=device_bytes(compiled) / 2**30,
+              peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
+              loss=float(m["loss"]) / float(m["count"]),
+              collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind)
+
+
+def run_here(system, dtype, batch, args) -> dict:
+  import jax  # noqa: PLC0415
+
+  from alexnet_jax import systems  # noqa: PLC0415
+
+  config = args.config.copy_and_resolve_references()
+  config.dtype, config.batch_size = dtype, batch
+  head = dict(config=cli.config_name(), system=str(system), dtype=dtype, batch=batch)
+  try:
+    return head | measure(systems.System.parse(system), config, args.steps, args.windows, args.peak_tflops)
+  except (ValueError, jax.errors.JaxRuntimeError) as e:  # a system that cannot run here, or runs out of memory
+    return head | dict(error=" ".join(str(e).split())[:300])
+
+
+def run_apart(system, dtype, batch) -> dict:
+  """run_here in a child process: this script again on the same command line, narrowed to one row."""
+  with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "row.json")
+    child = subprocess.run([sys.executable, *sys.argv, f"--systems={system}", f"--dtypes={dtype}",
+                            f"--batches={batch}", "--noseparate", f"--json={out}"], capture_output=True, text=True)
+    if os.path.exists(out):
+      with open(out) as f:
+        return json.load(f)[0]
+  return dict(config=cli.config_name(), system=system, dtype=dtype, batch=batch,
+              error=why_it_failed(child.stderr, child.returncode)[:300])
+
+
+def why_it_failed(stderr: str, returncode: int) -> str:
+  """The line of a crashed child's stderr that says why: XLA's fatal check (an abort), or its last line."""
+  lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+  if fatal := [line for line in lines if re.match(r"F\d{4} ", line)]:
+    return "XLA aborted: " + fatal[0].split("] ", 1)[-1]
+  return lines[-1] if lines else f"exit status {returncode}"
+
+
+def compare(rows: list[dict]) -> None:
+  """Adds vs_plain (images/s over the plain system of the same layout, dtype and batch) and vs_one_device (over the
+  same implementation's `one` row)."""
+  rate = {(r["system"], r["dtype"], r["batch"]): r["images_per_s"] for r in rows if "error" not in r}
+  for r in rows:
+    if "error" in r:
+      continue
+    impl, layout = r["system"].split(":")
+    plain = rate.get((f"plain:{layout}", r["dtype"], r["batch"]))
+    one = rate.get((f"{impl}:one", r["dtype"], r["batch"]))
+    r["vs_plain"] = r["images_per_s"] / plain if plain else None
+    r["vs_one_device"] = r["images_per_s"] / one if one and layout != "one" else None
+
+
+def table(rows: list[dict]) -> str:
+  def num(v, fmt):
+    return "—" if v is None else format(v, fmt)
+
+  done = [r for r in rows if "error" not in r]
+  lines = []
+  if done:
+    r = done[0]
+    lines.append(f"{r['config']} on {r['device']}: {r['flops_per_image'] / 1e9:.3f} GFLOP per image and train step "
+                 f"(layer table: 3 × 2 × conv and fc multiply-adds); MFU against {r['peak_tflops']:g} TFLOP/s per "
+                 "device; steps back to back, median of windows")
+  lines.append(f"{'system':13} {'dev':>3} {'dtype':9} {'batch':>5} {'img/s':>9} {'ms/step':>8} {'spread':>6} "
+               f"{'blocked':>8} {'MFU':>6} {'step GiB':>8} {'peak GiB':>8} {'×plain':>6} {'×1 dev':>6}  loss")
+  for r in rows:
+    if "error" in r:
+      lines.append(f"{r['system']:13} {'':3} {r['dtype']:9} {r['batch']:5d}  error: {r['error']}")
+      continue
+    lines.append(f"{r['system']:13} {r['devices']:3d} {r['dtype']:9} {r['batch']:5d} {r['images_per_s']:9,.0f} "
+                 f"{r['step_ms']:8.3f} {r['window_spread']:6.1%} {r['blocked_step_ms']:8.3f} {r['mfu']:6.1%} "
+                 f"{r['step_gib']:8.2f} {num(r['peak_gib'], '8.2f'):>8} {num(r['vs_plain'], '6.2f'):>6} "
+                 f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}")
+  for r in done:
+    if r["collective_bytes"]:
+      lines.append(f"\n{r['system']} ({r['dtype']}, batch {r['batch']}): cross-device bytes per step")
+      lines += [f"  {k:40} {v / 2**20:10.2f} MiB" for k, v in sorted(r["collective_bytes"].items())]
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  args = flags.FLAGS
+  apply_process_settings(args.config)
+  from alexnet_jax.systems import System  # noqa: PLC0415
+
+  try:
+    for s in args.systems:
+      System.parse(s)
+    dtypes = args.dtypes or [args.config.dtype]
+    if bad := [d for d in dtypes if d not in DTYPES]:
+      raise ValueError(f"--dtypes: {', '.join(bad)} not among {', '.join(DTYPES)}")
+    batches = [int(b) for b in args.batches] or [args.config.batch_size]
+    if min(batches) < 1 or args.steps < 1 or args.windows < 1:
+      raise ValueError("--batches, --steps and --windows must be positive integers")
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  rows = []
+  for batch in batches:
+    for dtype in dtypes:
+      for system in args.systems:
+        rows.append(run_apart(system, dtype, batch) if args.separate else run_here(system, dtype, batch, args))
+        print(json.dumps(rows[-1]), flush=True)
+  compare(rows)
+  print("\n" + table(rows))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(rows, f, indent=1)
+  if failed := sum("error" in r for r in rows):
+    sys.exit(f"error: {failed} of {len(rows)} runs failed (their rows say why)")
+
+
+if __name__ == "__main__":
+  cli.run(main, required=["config"])

@@ -1,0 +1,54 @@
+"""The benchmark's plain-XLA baseline is the paper's network: same parameters, same logits and gradients as ours,
+split over two devices and on one."""
+
+import jax
+import numpy as np
+import pytest
+
+from alexnet_jax import baseline, parallel
+from alexnet_jax.model import Network
+from alexnet_jax.networks import alexnet
+
+B, SIZE = 4, 112
+TABLE = alexnet(num_classes=10, width=0.25)
+
+
+def test_full_size_baseline_has_the_papers_parameter_count():
+  net = baseline.PlainNetwork(alexnet())
+  shapes = jax.eval_shape(lambda k: baseline.init_params(net, k, 224), jax.random.key(0))
+  assert sum(int(np.prod(s.shape)) for s in jax.tree.leaves(shapes)) == 60_965_224
+
+
+def loss_and_grads(apply, params, images):
+  def loss(p):
+    logits = apply(p, images, jax.random.key(3), False)
+    return (logits * np.arange(10)).sum() / B, logits
+
+  (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  return np.asarray(logits), jax.tree.map(np.asarray, grads)
+
+
+@pytest.mark.parametrize("model_devices", [2, 1])
+def test_baseline_computes_our_networks_function(model_devices):
+  net = Network(TABLE, weight_init="he", backend="xla")
+  nhwc = jax.random.normal(jax.random.key(1), (B, SIZE, SIZE, 3))
+  params = net.init(jax.random.key(0), nhwc.transpose(3, 1, 2, 0))["params"]
+  mesh = parallel.make_mesh(model=model_devices)
+  ours = parallel.sharded_apply(net, mesh)
+  logits, grads = loss_and_grads(lambda p, x, k, t: ours(p, x.transpose(3, 1, 2, 0), k, t),
+                                 parallel.shard_params(mesh, net, params), nhwc)
+
+  plain = baseline.PlainNetwork(TABLE, weight_init="he")
+  mapped = baseline.from_ours(params, TABLE, SIZE)
+  shapes = jax.eval_shape(lambda k: baseline.init_params(plain, k, SIZE), jax.random.key(0))
+  assert jax.tree.map(lambda a: a.shape, mapped) == jax.tree.map(lambda s: s.shape, shapes)
+  placed = jax.device_put(mapped, baseline.param_shardings(mesh, TABLE, mapped))
+  plain_logits, plain_grads = loss_and_grads(baseline.sharded_apply(plain, mesh), placed, nhwc)
+
+  np.testing.assert_allclose(plain_logits, logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())
+  # Gradients map across as the parameters do (a permutation of their entries).
+  expected = baseline.from_ours(grads, TABLE, SIZE)
+  for path, g in jax.tree_util.tree_leaves_with_path(plain_grads):
+    want = expected[path[0].key][path[1].key]
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(g / scale, want / scale, atol=1e-4, err_msg=jax.tree_util.keystr(path))

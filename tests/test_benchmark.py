@@ -1,0 +1,84 @@
+"""scripts/benchmark.py and scripts/profile_step.py end to end on the demo config (tiny, CPU), and the reading of
+profiler traces."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from alexnet_jax import kernel_times, systems
+from alexnet_jax.networks import alexnet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def script(name, *args, timeout=300):
+  return subprocess.run([sys.executable, f"scripts/{name}", "--config", "configs/demo.py", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
+  out = tmp_path / "rows.json"
+  run = script("benchmark.py", "--systems=xla:split,plain:split,triton:one", "--dtypes=float32", "--batches=4",
+               "--steps=1", "--windows=1", f"--json={out}")
+  # triton:one cannot run on a CPU: its row says why, the others are timed, and the run ends with one error line.
+  assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == "error: 1 of 3 runs failed (their rows say why)"
+  rows = {r["system"]: r for r in json.loads(out.read_text())}
+  assert "needs a CUDA GPU" in rows["triton:one"]["error"]
+  ours, plain = rows["xla:split"], rows["plain:split"]
+  for r in (ours, plain):
+    assert r["devices"] == 2 and r["batch"] == 4 and r["images_per_s"] > 0 and r["step_ms"] > 0
+    assert r["flops_per_image"] == systems.train_flops_per_image(alexnet(num_classes=10, width=0.25), 112)
+    assert 0 < r["mfu"] < 1e-3  # a CPU against an H200's peak
+    assert {"conv3 all-gather", "fc6 all-gather", "fc7 all-gather", "fc8 all-reduce"} <= set(r["collective_bytes"])
+  assert ours["collective_bytes"] == plain["collective_bytes"]  # the same network moves the same bytes
+  assert ours["vs_plain"] == pytest.approx(ours["images_per_s"] / plain["images_per_s"])
+  assert plain["vs_plain"] == 1.0
+  table = run.stdout[run.stdout.index("system "):]
+  assert "xla:split" in table and "plain:split" in table and "needs a CUDA GPU" in table
+
+
+def test_benchmark_refuses_an_unknown_system_in_one_line():
+  run = script("benchmark.py", "--systems=triton:ring", timeout=60)
+  assert run.returncode != 0 and "Traceback" not in run.stderr
+  assert run.stderr.strip().splitlines()[-1].startswith("error: unknown system 'triton:ring'")
+
+
+def test_profile_step_tables_the_kernels_of_a_traced_step(tmp_path):
+  out = tmp_path / "profile.json"
+  run = script("profile_step.py", "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
+               f"--trace_dir={tmp_path / 'trace'}")
+  assert run.returncode == 0, run.stderr[-2000:]
+  summary = json.loads(out.read_text())
+  assert set(summary["devices"]) == {"CPU:0", "CPU:1"}
+  d = summary["devices"]["CPU:0"]
+  assert 0 < d["busy_ms"] <= d["wall_ms"]
+  assert sum(g["ms"] for g in d["groups"]) == pytest.approx(d["kernel_ms"])
+  layers = {(g["layer"], g["pass"]) for g in d["groups"]}
+  assert {("conv1", "fwd"), ("conv3", "bwd"), ("fc8", "fwd")} <= layers
+  assert d["by_kind"]["collective"] > 0
+  assert "busy" in run.stdout and "conv3" in run.stdout
+
+
+def test_gpu_trace_counts_stream_kernels_once_and_busy_as_their_union():
+  meta = [dict(ph="M", pid=1, name="process_name", args=dict(name="/device:GPU:0")),
+          dict(ph="M", pid=1, tid=7, name="thread_name", args=dict(name="Stream #13(Compute)")),
+          dict(ph="M", pid=1, tid=8, name="thread_name", args=dict(name="XLA Ops")),
+          dict(ph="M", pid=2, name="process_name", args=dict(name="/host:CPU")),
+          dict(ph="M", pid=2, tid=9, name="thread_name", args=dict(name="python"))]
+  kernels = [dict(ph="X", pid=1, tid=7, ts=0.0, dur=10.0, name="conv_fwd_kernel", args=dict(hlo_op="custom-call.1")),
+             dict(ph="X", pid=1, tid=7, ts=20.0, dur=5.0, name="ncclDevKernel_AllGather", args={}),
+             dict(ph="X", pid=1, tid=8, ts=0.0, dur=25.0, name="custom-call.1", args=dict(hlo_op="custom-call.1")),
+             dict(ph="X", pid=2, tid=9, ts=0.0, dur=40.0, name="PjitFunction(train_step)", args={})]
+  events = kernel_times.device_events(dict(traceEvents=meta + kernels))
+  assert sorted(e.name for e in events) == ["conv_fwd_kernel", "ncclDevKernel_AllGather"]
+  ops = kernel_times.hlo_ops(
+      '  %custom-call.1 = (bf16[96,55,55,128]{3,2,1,0}) custom-call(bf16[3,224,224,128]{3,2,1,0} %p), '
+      'custom_call_target="triton_kernel_call", '
+      'metadata={op_name="jit(train_step)/jvp()/shard_map/Network/conv1/chwn_conv_fwd"}')
+  d = kernel_times.summarise(events, ops, ["conv1", "conv3"], steps=1)["GPU:0"]
+  assert d["busy_ms"] == pytest.approx(0.015) and d["wall_ms"] == pytest.approx(0.025)
+  assert d["by_kind"] == pytest.approx({"triton kernel (ours)": 0.010, "collective": 0.005})
+  assert (d["groups"][0]["layer"], d["groups"][0]["pass"]) == ("conv1", "fwd")
