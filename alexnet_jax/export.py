@@ -77,6 +77,11 @@ def _has_cuda() -> bool:
     return False
 
 
+def _check_batch(setup: train.Setup, batch_size: int) -> None:
+  if batch_size < 1 or batch_size % setup.mesh.shape["data"]:
+    raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.shape['data']} data shards")
+
+
 def _batch_split(mesh, ndim: int, axis: int = 0) -> NamedSharding:
   """The batch axis `axis` split over 'data', as put_batch places batches."""
   spec = [None] * ndim
@@ -114,6 +119,7 @@ def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, 
   """The inference function of `params` for `platforms`, on batches of `batch_size` (images of side `size`, default
   the network's crop)."""
   platforms = check_platforms(platforms, setup.net.backend)
+  _check_batch(setup, batch_size)
   image = inference_input(setup, input_kind, batch_size, size or setup.image_size)
   return jax.export.export(jax.jit(inference_fn(setup, params, input_kind)), platforms=platforms)(image)
 
@@ -132,8 +138,7 @@ def export_train_step(setup: train.Setup, config, *, platforms, batch_size: int,
   """train.train_step for `platforms`, on training batches of `batch_size` images of side `size` (default the
   network's crop)."""
   platforms = check_platforms(platforms, setup.net.backend)
-  if batch_size % setup.mesh.shape["data"]:
-    raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.shape['data']} data shards")
+  _check_batch(setup, batch_size)
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return jax.export.export(step, platforms=platforms)(*train_step_args(setup, config, batch_size,
                                                                        size or setup.image_size))
