@@ -1,4 +1,5 @@
-"""The kernels' checks at AlexNet's shapes, shared by scripts/verify_kernels.py and tests/test_gpu_kernels.py.
+"""The kernels' checks at AlexNet's shapes (or any table's), shared by scripts/verify_kernels.py and
+tests/test_gpu_*.py.
 
 Each op of each layer (one tower's share) runs forward and backward through `ops` with a kernel backend, in
 bfloat16, in float32 with tf32 tensor cores (JAX's default precision) and in float32 with 'highest' (exact float32
@@ -20,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from alexnet_jax import ops
-from alexnet_jax.layer_shapes import alexnet_convs, alexnet_maps
+from alexnet_jax.layer_shapes import tower_convs, tower_maps
+from alexnet_jax.networks import Table, alexnet
 
 BOUNDS = {"bfloat16": 2.0 ** -8, "tf32": 5e-3, "float32": 1e-3}
 PRECISIONS = {"bfloat16": ("bfloat16", "default"), "tf32": ("float32", "default"), "float32": ("float32", "highest")}
@@ -34,14 +36,23 @@ class Case:
 
 
 def cases(batch: int) -> list[Case]:
+  return table_cases(alexnet(), 224, batch)
+
+
+def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
+  """Each conv, pool and LRN of a table at one tower's shapes, with the layer's own geometry and constants."""
   found = []
-  for s in alexnet_convs(batch):
+  for s in tower_convs(table, image_size, batch):
     # No ReLU here: where a float32 output lands within rounding of zero, its mask (and so its gradient) may
     # differ from float64's, which measures the mask, not the kernels. The fused ReLU is tested on the CPU.
     conv = functools.partial(ops.conv2d, stride=s.stride, padding=s.padding)
     found.append(Case(s.name, conv, (s.x, s.w, (s.w[-1],))))
-  for name, shape in alexnet_maps(batch).items():
-    op = ops.max_pool if name.startswith("pool") else functools.partial(ops.lrn, groups=1)
+  for name, (layer, shape) in tower_maps(table, image_size, batch).items():
+    if layer.kind == "pool":
+      op = functools.partial(ops.max_pool, size=layer.size, stride=layer.stride)
+    else:
+      op = functools.partial(ops.lrn, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
+                             alpha_over_n=layer.alpha_over_n, groups=1)
     found.append(Case(name, op, (shape,)))
   return found
 

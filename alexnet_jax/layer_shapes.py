@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from alexnet_jax.model import Network
-from alexnet_jax.networks import Table, alexnet
+from alexnet_jax.networks import Layer, Table, alexnet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +40,10 @@ def traced_shapes(table: Table, image_size: int | tuple[int, int] = 224, batch: 
   return params, inputs
 
 
-def alexnet_convs(batch: int = 128) -> list[ConvShape]:
-  """One tower's share of each conv layer (conv3 reads both towers' 256 maps)."""
-  table = alexnet()
-  params, inputs = traced_shapes(table, 224, batch)
+def tower_convs(table: Table, image_size: int = 224, batch: int = 128) -> list[ConvShape]:
+  """One tower's share of each conv layer of a table (a layer reading every tower, as AlexNet's conv3, reads all of
+  their maps)."""
+  params, inputs = traced_shapes(table, image_size, batch)
   convs = []
   for layer in table.layers:
     if layer.kind == "conv":
@@ -52,13 +52,22 @@ def alexnet_convs(batch: int = 128) -> list[ConvShape]:
   return convs
 
 
-def alexnet_maps(batch: int = 128) -> dict[str, tuple[int, int, int, int]]:
-  """One tower's inputs of the pools and LRNs."""
-  table = alexnet()
-  _, inputs = traced_shapes(table, 224, batch)
+def tower_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[str, tuple[Layer, tuple]]:
+  """One tower's inputs of a table's pools and LRNs, with their layers."""
+  _, inputs = traced_shapes(table, image_size, batch)
   maps = {}
   for layer, blocks in zip(table.layers, table.tower_blocks()):
     if layer.kind in ("lrn", "pool"):
       c, *rest = inputs[layer.name]
-      maps[layer.name] = (c // table.towers if blocks else c, *rest)
+      maps[layer.name] = (layer, (c // table.towers if blocks else c, *rest))
   return maps
+
+
+def alexnet_convs(batch: int = 128) -> list[ConvShape]:
+  """One tower's share of each conv layer (conv3 reads both towers' 256 maps)."""
+  return tower_convs(alexnet(), 224, batch)
+
+
+def alexnet_maps(batch: int = 128) -> dict[str, tuple[int, int, int, int]]:
+  """One tower's inputs of the pools and LRNs."""
+  return {name: shape for name, (_, shape) in tower_maps(alexnet(), 224, batch).items()}

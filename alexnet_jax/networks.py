@@ -8,8 +8,9 @@ rows of the weight matrix, and the partial outputs are summed across towers (one
 layer carries its constants as cuda-convnet2's `[rnorm]` section does: window `size`, `k`, `alpha`, `beta`, and
 whether α is divided by the window size.
 
-A new network (ZFNet, VGG, …) is a new table: a builder registered under a name with `@register("name")`, here or in
-the config file that sets `config.network` to that name.
+A new network is a new table: a builder registered under a name with `@register("name")`, here or in the config file
+that sets `config.network` to that name. Here are the paper's AlexNet and what came after it on the same layers:
+ZFNet, VGG-11 and VGG-16, one tower each, as their authors trained them.
 """
 
 import dataclasses
@@ -71,7 +72,8 @@ class Table:
         raise ValueError(f"layer {layer.name}: {layer.filters} filters do not split over {self.towers} towers")
       if layer.split == "sum" and not in_blocks:
         raise ValueError(f"layer {layer.name}: split='sum' needs per-tower inputs, but its input is not split")
-      if layer.kind == "fc" and in_blocks and layer.inputs == "tower" and layer.split == "out":
+      # One tower's maps are all the maps: a one-tower table's fc layers read them with the default inputs.
+      if self.towers > 1 and layer.kind == "fc" and in_blocks and layer.inputs == "tower" and layer.split == "out":
         raise ValueError(f"layer {layer.name}: an fc layer reading its own tower needs split='sum'")
 
   def tower_blocks(self) -> tuple[bool, ...]:
@@ -154,3 +156,75 @@ def alexnet(num_classes: int = 1000, width: float = 1.0, towers: int = 2, lrn_al
       Layer("drop7", "dropout", rate=0.5),
       Layer("fc8", "fc", filters=num_classes, split="sum", relu=False),
   ), towers)
+
+
+def _one_tower(name: str, towers: int) -> None:
+  if towers != 1:
+    raise ValueError(f"{name} is a one-tower network (its authors trained it whole on each GPU); set config.towers=1 "
+                     "and config.mesh.model=1")
+
+
+@register("zfnet")
+def zfnet(num_classes: int = 1000, width: float = 1.0, towers: int = 1, lrn_alpha_over_n: bool = False) -> Table:
+  """Zeiler & Fergus 2013 (Figure 3): AlexNet made denser, with conv1 7×7/2 (96 filters) and conv2 5×5/2 in place of
+  11×11/4 and 5×5/1, one tower, each of layers 1 and 2 rectified, max-pooled 3×3/2 and then contrast-normalised
+  across maps (AlexNet's LRN constants), dropout 0.5 in fc6 and fc7.
+
+  The figure's maps (110, 55, 26, 13, 13, 13, 6 on a 224 input) come from Caffe's pools, which round up; ours round
+  down as cuda-convnet's kernels here do (110 → 54), so conv2 pads by 2 (54 → 27 → 13): from pool2 on every map, and
+  so every parameter, is the figure's; width=1 has 62,357,608 parameters for 1000 classes.
+  """
+  _one_tower("zfnet", towers)
+  w = lambda n: _scaled(n, width, 1)  # noqa: E731
+  lrn = dict(size=5, k=2.0, alpha=1e-4, beta=0.75, alpha_over_n=lrn_alpha_over_n)
+  return Table((
+      Layer("conv1", "conv", filters=w(96), size=7, stride=2, padding=1),
+      Layer("pool1", "pool", size=3, stride=2),
+      Layer("lrn1", "lrn", **lrn),
+      Layer("conv2", "conv", filters=w(256), size=5, stride=2, padding=2),
+      Layer("pool2", "pool", size=3, stride=2),
+      Layer("lrn2", "lrn", **lrn),
+      Layer("conv3", "conv", filters=w(384), size=3, padding=1),
+      Layer("conv4", "conv", filters=w(384), size=3, padding=1),
+      Layer("conv5", "conv", filters=w(256), size=3, padding=1),
+      Layer("pool5", "pool", size=3, stride=2),
+      Layer("fc6", "fc", filters=w(4096)),
+      Layer("drop6", "dropout", rate=0.5),
+      Layer("fc7", "fc", filters=w(4096)),
+      Layer("drop7", "dropout", rate=0.5),
+      Layer("fc8", "fc", filters=num_classes, relu=False),
+  ), 1)
+
+
+# Simonyan & Zisserman 2014, Table 1: each stage's 3×3 convolutions (stride 1, padding 1), then a 2×2/2 max-pool.
+VGG_STAGES = {"vgg11": ((64,), (128,), (256, 256), (512, 512), (512, 512)),  # configuration A
+              "vgg16": ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))}  # D
+
+
+def _vgg(name: str, num_classes: int, width: float, towers: int) -> Table:
+  """3×3 stacks, no LRN (the paper found it did not help), five 2×2 pools (224 → 7), then fc6 and fc7 of 4096 with
+  dropout 0.5 and the classifier; layers named as in the authors' Caffe models (conv1_1 … conv5_3)."""
+  _one_tower(name, towers)
+  layers = []
+  for stage, filters in enumerate(VGG_STAGES[name], 1):
+    layers += [Layer(f"conv{stage}_{i}", "conv", filters=_scaled(f, width, 1), size=3, padding=1)
+               for i, f in enumerate(filters, 1)]
+    layers.append(Layer(f"pool{stage}", "pool", size=2, stride=2))
+  layers += [Layer("fc6", "fc", filters=_scaled(4096, width, 1)), Layer("drop6", "dropout", rate=0.5),
+             Layer("fc7", "fc", filters=_scaled(4096, width, 1)), Layer("drop7", "dropout", rate=0.5),
+             Layer("fc8", "fc", filters=num_classes, relu=False)]
+  return Table(tuple(layers), 1)
+
+
+@register("vgg11")
+def vgg11(num_classes: int = 1000, width: float = 1.0, towers: int = 1, lrn_alpha_over_n: bool = False) -> Table:
+  """VGG-11 (configuration A): 8 conv layers; width=1 has 132,863,336 parameters for 1000 classes."""
+  del lrn_alpha_over_n  # no LRN
+  return _vgg("vgg11", num_classes, width, towers)
+
+
+@register("vgg16")
+def vgg16(num_classes: int = 1000, width: float = 1.0, towers: int = 1, lrn_alpha_over_n: bool = False) -> Table:
+  """VGG-16 (configuration D): 13 conv layers; width=1 has 138,357,544 parameters for 1000 classes."""
+  del lrn_alpha_over_n  # no LRN
+  return _vgg("vgg16", num_classes, width, towers)

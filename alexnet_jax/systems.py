@@ -78,9 +78,8 @@ def build(system: System, config) -> Step:
     table = setup.net.table
     net = baseline.PlainNetwork(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init)
 
-    def create(key):
-      return train.placed_state(setup, lambda k: baseline.init_params(net, k, config.image_size),
-                                lambda params: baseline.param_shardings(setup.mesh, table, params), key)
+    create = train.placed_init(setup, lambda k: baseline.init_params(net, k, config.image_size),
+                               lambda params: baseline.param_shardings(setup.mesh, table, params))
 
     forward = baseline.sharded_apply(net, setup.mesh)
   else:

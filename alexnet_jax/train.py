@@ -80,27 +80,33 @@ def dataset_setup(config, dataset) -> Setup:
 
 def create_train_state(setup: Setup, config, key) -> TrainState:
   """Initialises the state on the mesh, each tower's weights and their momentum on the tower's device."""
+  return train_state_init(setup, config)(key)
+
+
+def train_state_init(setup: Setup, config):
+  """The jitted `key -> TrainState` of create_train_state; its `.eval_shape(key)` gives the state's shapes and
+  shardings without computing it (what an export is traced with)."""
   s = config.image_size
-  return placed_state(setup, lambda key: setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"],
-                      lambda params: parallel.param_shardings(setup.mesh, setup.net, params), key)
+  return placed_init(setup, lambda key: setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"],
+                     lambda params: parallel.param_shardings(setup.mesh, setup.net, params))
 
 
-def placed_state(setup: Setup, init_params, shardings, key) -> TrainState:
-  """The state of the parameters init_params(key) for setup's optimiser, made where shardings(parameter shapes)
-  places them."""
+def placed_init(setup: Setup, init_params, shardings):
+  """The jitted `key -> TrainState` of the parameters init_params(key) for setup's optimiser, made where
+  shardings(parameter shapes) places them."""
 
   def init(key):
     params = init_params(key)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=setup.tx.init(params))
 
-  shapes = jax.eval_shape(init, key)
+  shapes = jax.eval_shape(init, jax.random.key(0))  # shapes only: any key
   replicated = NamedSharding(setup.mesh, P())
   params = shardings(shapes.params)
   # XLA does not carry the parameters' placement over to zeros made from them: each weight's momentum is given
   # its weight's sharding, or it would all land on one device.
   opt_state = optax.tree_utils.tree_map_params(setup.tx, lambda _, sharding: sharding, shapes.opt_state, params,
                                                transform_non_params=lambda _: replicated)
-  return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))(key)
+  return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))
 
 
 def check_batch(batch: dict, size: int, image_size: int) -> None:
@@ -193,6 +199,11 @@ def _towers_gather(setup: Setup, images: jax.Array) -> jax.Array:
   return jax.lax.with_sharding_constraint(images, NamedSharding(setup.mesh, P("data")))
 
 
+def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
+  """An evaluation batch's network input: the centre crops of the stored uint8 images (N, S, S, 3), normalised."""
+  return normalise(setup, _towers_gather(setup, device_augment.center_crop(images, setup.image_size)))
+
+
 def logits_fn(setup: Setup):
   apply = parallel.sharded_apply(setup.net, setup.mesh)
   return lambda params, images, key, train: apply(params, jnp.transpose(images, (3, 1, 2, 0)), key, train)
@@ -232,7 +243,7 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   mean)."""
   forward, s = logits_fn(setup), setup.image_size
   if crops == 1:
-    images = normalise(setup, _towers_gather(setup, device_augment.center_crop(batch["image"], s)))
+    images = eval_input(setup, batch["image"])
     return metrics_of(forward(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
   if crops != 10:
     raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")

@@ -3,10 +3,11 @@
   python scripts/verify_kernels.py [--batch 128] [--backend triton] [--json OUT.json] [--skip_model]
       [--config configs/alexnet_2gpu.py --config.key=value …]
 
-For every AlexNet layer shape (one tower's share): conv forward, data and filter gradient, max-pool and LRN
-forward and backward, in bfloat16 and float32 (float32 with tf32 tensor cores, JAX's default, and with 'highest'
-= exact float32 products), error ‖out − ref‖/‖ref‖ against XLA in float64 rounded to the output's dtype
-(alexnet_jax/kernel_checks.py: the cases, and why the bfloat16 bound is 2^-8). Then the whole model's train step on
+For every layer shape of the config's network at its image_size (one tower's share; AlexNet's without --config):
+conv forward, data and filter gradient, max-pool and LRN forward and backward, in bfloat16 and float32 (float32
+with tf32 tensor cores, JAX's default, and with 'highest' = exact float32 products), error ‖out − ref‖/‖ref‖
+against XLA in float64 rounded to the output's dtype (alexnet_jax/kernel_checks.py: the cases, and why the bfloat16
+bound is 2^-8). Then the whole model's train step on
 the devices present (the config's, default the paper's two towers in bfloat16, its model axis cut to the devices
 present) with the kernel backend against 'xla'. Prints a table; writes JSON; exits non-zero when a bound is missed
 (bf16 ≤ 2^-8, tf32 ≤ 5e-3, float32 ≤ 1e-3; the step's loss within 1 %, its update within 5e-2).
@@ -23,6 +24,7 @@ from absl import flags
 
 from alexnet_jax import cli, kernel_checks
 from alexnet_jax.config import apply_process_settings, paper_config
+from alexnet_jax.networks import get_network
 
 cli.define_config("the model check's config (default: the paper's, in bfloat16)")
 flags.DEFINE_integer("batch", 128, "the batch of the kernel checks' layer shapes")
@@ -62,7 +64,10 @@ def main(argv):
   if args.config is None:  # the paper's two towers in bfloat16, on as many devices as there are
     config.dtype, config.mesh.model = "bfloat16", min(2, jax.device_count())
   key = jax.random.key(0)
-  rows = [row for case in kernel_checks.cases(args.batch) for row in kernel_checks.check(case, args.backend, key)]
+  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
+                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  rows = [row for case in kernel_checks.table_cases(table, config.image_size, args.batch)
+          for row in kernel_checks.check(case, args.backend, key)]
   model = None if args.skip_model else check_model(config, args.backend, key)
   print(f"\n{'layer':8} {'precision':9} {'fwd':>9} {'dx':>9} {'dw':>9} {'db':>9}  ok")
   for r in rows:

@@ -1,0 +1,173 @@
+"""Portable artifacts of a network (jax.export): serialised StableHLO that any JAX of a compatible version loads and
+runs on the platforms it was exported for, without this package's code (except a train step's pytree types).
+
+Two functions can be exported, the batch size fixed at export:
+- 'inference': logits (N, classes), float32, with the trained weights inside the artifact. Input 'uint8': (N, S, S, 3)
+  uint8 images as the evaluation pipeline gives them (S = dataset.resize for stored images, image_size for the
+  procedural set), centre-cropped to image_size and normalised by the dataset's statistics on the device, as
+  eval_step scores them; input 'chwn': (3, image_size, image_size, N) float32, already normalised: the network alone.
+- 'train_step': train.train_step, (state, batch, key) → (state, metrics) for experiments, with the state a
+  train.TrainState (parameters and momentum as create_train_state lays them out), the batch the training batch of
+  the pipeline's contract (README, Data) and key a PRNG key.
+
+Both are traced on the config's mesh: an artifact runs on as many devices as that mesh has (`mesh.model=1,
+mesh.data=1` gives a one-device artifact computing the same numbers). What differs between platforms (the Triton
+kernels on CUDA under kernel_backend 'auto', a float32 reduce-scatter on CPU) is chosen by the platform each program
+is lowered for, so every platform's program in an artifact carries only its own choices. An artifact for cuda with
+the kernels inside can only be made beside a CUDA GPU: jax-triton compiles each kernel, at export, to PTX for that
+GPU's compute capability, which the artifact then needs (README, Export).
+
+Importing this module registers the pytree types of a train step's state for serialisation: import it before
+`jax.export.deserialize` of a train step (`load` does).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax import parallel, train
+
+FUNCTIONS = ("inference", "train_step")
+INPUTS = ("uint8", "chwn")
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def _register_pytrees():
+  """The train step's argument and result types, under names that stay fixed across versions of this package."""
+  for node in (optax.EmptyState, optax.TraceState, optax.ScaleByScheduleState):
+    jax.export.register_namedtuple_serialization(node, serialized_name=f"optax.{node.__name__}")
+
+  def auxdata(aux):
+    if aux != ():  # a flax.struct dataclass without static fields flattens to no auxiliary data
+      raise ValueError(f"TrainState has static fields now ({aux!r}): extend its serialisation")
+    return b""
+
+  jax.export.register_pytree_node_serialization(train.TrainState, serialized_name="alexnet_jax.TrainState",
+                                                serialize_auxdata=auxdata, deserialize_auxdata=lambda _: ())
+
+
+_register_pytrees()
+
+
+def check_platforms(platforms, backend: str) -> tuple[str, ...]:
+  """The platforms to lower for, or one ValueError saying why they cannot be exported from here."""
+  platforms = tuple(platforms)
+  unknown = [p for p in platforms if p not in PLATFORMS]
+  if not platforms or unknown:
+    raise ValueError(f"export platforms must be some of {', '.join(PLATFORMS)}; got {', '.join(platforms) or 'none'}")
+  if backend == "interpret":
+    raise ValueError("kernel_backend='interpret' runs the kernels in host callbacks, which an artifact cannot carry: "
+                     "export with 'auto', 'xla' or (for cuda) 'triton'")
+  if "cuda" in platforms and backend in ("auto", "triton") and not _has_cuda():
+    raise ValueError("exporting the Triton kernels for cuda needs a CUDA GPU here: jax-triton compiles them at export "
+                     "for its compute capability. Export on the GPU machine, or with --config.kernel_backend=xla for "
+                     "a cuda program of XLA's own ops")
+  return platforms
+
+
+def _has_cuda() -> bool:
+  try:
+    return bool(jax.devices("cuda"))
+  except RuntimeError:  # no CUDA backend in this jaxlib, or no GPU
+    return False
+
+
+def _check_batch(setup: train.Setup, batch_size: int) -> None:
+  if batch_size < 1 or batch_size % setup.mesh.shape["data"]:
+    raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.shape['data']} data shards")
+
+
+def _batch_split(mesh, ndim: int, axis: int = 0) -> NamedSharding:
+  """The batch axis `axis` split over 'data', as put_batch places batches."""
+  spec = [None] * ndim
+  spec[axis] = "data"
+  return NamedSharding(mesh, P(*spec))
+
+
+def inference_fn(setup: train.Setup, params, input_kind: str = "uint8"):
+  """images → logits (N, classes) float32, in evaluation mode, with `params` closed over (constants when traced)."""
+  if input_kind not in INPUTS:
+    raise ValueError(f"inference input must be one of {', '.join(INPUTS)}, got {input_kind!r}")
+  key = jax.random.key(0)  # no dropout in evaluation: the key is unused
+  apply, forward = parallel.sharded_apply(setup.net, setup.mesh), train.logits_fn(setup)
+
+  def logits(images):
+    if input_kind == "chwn":
+      return apply(params, images, key, False)
+    return forward(params, train.eval_input(setup, images), key, False)
+
+  return logits
+
+
+def inference_input(setup: train.Setup, input_kind: str, batch_size: int, size: int) -> jax.ShapeDtypeStruct:
+  """The abstract input of inference_fn: `size` is S, the side of the pipeline's uint8 images."""
+  s = setup.image_size
+  if input_kind == "chwn":
+    return jax.ShapeDtypeStruct((3, s, s, batch_size), jnp.float32, sharding=_batch_split(setup.mesh, 4, axis=3))
+  if size < s:
+    raise ValueError(f"{size}-pixel images are smaller than the network's {s}-pixel crop")
+  return jax.ShapeDtypeStruct((batch_size, size, size, 3), jnp.uint8, sharding=_batch_split(setup.mesh, 4))
+
+
+def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, input_kind: str = "uint8",
+                     size: int | None = None) -> jax.export.Exported:
+  """The inference function of `params` for `platforms`, on batches of `batch_size` (images of side `size`, default
+  the network's crop)."""
+  platforms = check_platforms(platforms, setup.net.backend)
+  _check_batch(setup, batch_size)
+  image = inference_input(setup, input_kind, batch_size, size or setup.image_size)
+  return jax.export.export(jax.jit(inference_fn(setup, params, input_kind)), platforms=platforms)(image)
+
+
+def train_step_args(setup: train.Setup, config, batch_size: int, size: int):
+  """Abstract (state, batch, key) of train.train_step, each laid out as training lays it out."""
+  state = train.train_state_init(setup, config).eval_shape(jax.random.key(0))
+  example = train.random_batch(batch_size, setup.image_size, 1, size=size)  # the contract's shapes and dtypes
+  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=_batch_split(setup.mesh, v.ndim))
+           for k, v in example.items()}
+  return state, batch, jax.eval_shape(jax.random.key, 0)
+
+
+def export_train_step(setup: train.Setup, config, *, platforms, batch_size: int,
+                      size: int | None = None) -> jax.export.Exported:
+  """train.train_step for `platforms`, on training batches of `batch_size` images of side `size` (default the
+  network's crop)."""
+  platforms = check_platforms(platforms, setup.net.backend)
+  _check_batch(setup, batch_size)
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  return jax.export.export(step, platforms=platforms)(*train_step_args(setup, config, batch_size,
+                                                                       size or setup.image_size))
+
+
+def save(exported: jax.export.Exported, path: str) -> int:
+  """Writes the serialised artifact; returns its bytes."""
+  data = exported.serialize()
+  with open(path, "wb") as f:
+    f.write(data)
+  return len(data)
+
+
+def load(path: str) -> jax.export.Exported:
+  with open(path, "rb") as f:
+    return jax.export.deserialize(bytearray(f.read()))
+
+
+def describe(exported: jax.export.Exported) -> str:
+  """One line: the function's name, platforms, devices, inputs and outputs."""
+  shapes = lambda avals: ", ".join(f"{a.dtype}{list(a.shape)}" for a in avals)  # noqa: E731
+  inputs = shapes(exported.in_avals) if len(exported.in_avals) <= 3 else f"{len(exported.in_avals)} arrays"
+  outputs = shapes(exported.out_avals) if len(exported.out_avals) <= 3 else f"{len(exported.out_avals)} arrays"
+  return (f"{exported.fun_name} for {', '.join(exported.platforms)} on {exported.nr_devices} device(s): "
+          f"({inputs}) → ({outputs})")
+
+
+def max_difference(a, b) -> float:
+  """The largest absolute difference between two pytrees of arrays (float64), for checks of a loaded artifact."""
+  diffs = jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                       if np.size(x) else 0.0, a, b)
+  return max(jax.tree.leaves(diffs), default=0.0)

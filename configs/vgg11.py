@@ -1,0 +1,24 @@
+"""VGG-11 (Simonyan & Zisserman 2014, configuration A) on ImageNet: one tower, data-parallel over every device
+present (the authors used four GPUs so).
+
+Their recipe: batch 256, SGD momentum 0.9, weight decay 5e-4, learning rate 0.01 divided by 10 three times when the
+validation accuracy stopped improving, 74 epochs, dropout 0.5 in fc6 and fc7, and training images rescaled to a
+shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data settings of the paper's config.
+The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They trained VGG-11 from N(0, 0.01)
+weights and zero biases; this config uses He's initialisation, as configs/vgg16.py does.
+"""
+
+from alexnet_jax.config import paper_config
+
+
+def get_config():
+  config = paper_config()
+  config.network = "vgg11"
+  config.towers = 1
+  config.mesh.model = 1
+  config.mesh.data = -1
+  config.weight_init = "he"
+  config.batch_size = 256
+  config.num_epochs = 74.0
+  config.lr_drop_epochs = (30.0, 50.0, 65.0)
+  return config

@@ -1,0 +1,82 @@
+"""On a CUDA GPU (`pytest -m gpu`): a cuda artifact with the Triton kernels inside, exported here, serialised, loaded
+and run equal to the live model; VGG-16's kernels at its own shapes against float64, and its train step with the
+kernels agreeing with XLA's.
+
+  TRITON_INTERPRET=0 pytest -m gpu tests/test_gpu_networks.py
+
+Without a CUDA device, or under the Triton interpreter, the module is skipped.
+"""
+
+import functools
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from alexnet_jax import export, kernel_checks, train
+from alexnet_jax.config import paper_config
+from alexnet_jax.networks import vgg16
+
+BATCH = int(os.environ.get("GPU_TEST_BATCH", "32"))
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU"),
+              pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles the Triton kernels")]
+
+
+def alexnet_config(dtype):
+  config = paper_config()  # the paper's AlexNet, its towers on as many devices as there are (at most two)
+  config.dtype, config.mesh.model, config.batch_size, config.eval_batch_size = dtype, min(2, jax.device_count()), 64, 64
+  return config
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(dtype, tmp_path):
+  config = alexnet_config(dtype)
+  setup = train.make_setup(config, 1000, 1_281_167)
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  path = str(tmp_path / "alexnet.jaxexport")
+  export.save(export.export_inference(setup, state.params, platforms=["cuda"], batch_size=64, size=256), path)
+  loaded = export.load(path)
+  assert "triton_kernel_call" in loaded.mlir_module()  # the kernels, compiled for this GPU, are inside
+  images = np.random.default_rng(0).integers(0, 256, (64, 256, 256, 3), np.uint8)
+  live = jax.jit(export.inference_fn(setup, state.params))(images)
+  got = loaded.call(jax.device_put(images, loaded.in_shardings_jax(setup.mesh)[0]))
+  assert export.max_difference(got, live) <= 1e-5 * float(np.abs(np.asarray(live)).max())
+
+  step = export.export_train_step(setup, config, platforms=["cuda"], batch_size=64, size=256)
+  loaded_step = jax.export.deserialize(step.serialize())
+  batch = train.put_batch(setup.mesh, train.random_batch(64, 224, 1000, size=256))
+  live_state, live_metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
+  new_state, metrics = loaded_step.call(state, batch, jax.random.key(1))
+  assert export.max_difference(metrics, live_metrics) <= 1e-4 * float(live_metrics["loss"])
+  assert export.max_difference(new_state.params, live_state.params) <= 1e-5
+
+
+@pytest.mark.parametrize("case", kernel_checks.table_cases(vgg16(), 224, BATCH), ids=lambda c: c.name)
+def test_kernel_matches_float64_at_vgg16_shape(case):
+  rows = kernel_checks.check(case, "triton", jax.random.key(0))
+  bad = [f"{r['precision']}: {r['errors']} (bound {kernel_checks.BOUNDS[r['precision']]:.1e})" for r in rows
+         if not r["ok"]]
+  assert not bad, f"{case.name} at batch {BATCH}: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_vgg16_train_step_with_the_kernels_agrees_with_xla(dtype):
+  # The bounds of scripts/verify_kernels.py's model check: loss within 1 %, parameter update within 5e-2.
+  results = {}
+  for backend in ("xla", "triton"):
+    config = paper_config()
+    config.network, config.towers, config.mesh.model, config.weight_init = "vgg16", 1, 1, "he"
+    config.dtype, config.kernel_backend, config.batch_size = dtype, backend, BATCH
+    setup = train.make_setup(config, 1000, 1_281_167)
+    state = train.create_train_state(setup, config, jax.random.key(0))
+    batch = train.put_batch(setup.mesh, train.random_batch(BATCH, 224, 1000, size=256))
+    new, metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
+    update = np.concatenate([np.ravel(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+                             for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))])
+    results[backend] = float(metrics["loss"]) / float(metrics["count"]), update
+  (loss_xla, update_xla), (loss_triton, update_triton) = results["xla"], results["triton"]
+  assert abs(loss_triton - loss_xla) < 1e-2 * abs(loss_xla)
+  assert kernel_checks.rel(update_triton, update_xla) < 5e-2
