@@ -313,7 +313,9 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   expected, labels, skipped = host.batch(indices)
   batch, host_skipped = host.jpeg_batch(indices, np.array([1, 12], np.int32))
   assert set(batch["host_rows"]) == {1, 12, *range(N_REGULAR - 1, corrupt)}  # the share, then the odd ones
-  assert batch["jpeg"][cut - 1] and host_skipped == 2  # the corrupt one's substitute is the cut one, passed over
+  lengths = np.diff(batch["jpeg_end"], prepend=0)
+  assert lengths[cut - 1] and host_skipped == 2  # the corrupt one's substitute is the cut one, passed over
+  assert not lengths[batch["host_rows"]].any() and lengths.sum() == len(batch["jpeg"])
   sharding = train.batch_sharding(parallel.make_mesh(2), 4)
   with caplog.at_level(logging.WARNING):
     images, device_labels, device_skipped = nvdecode.DeviceDecoder(sharding, len(indices), host, 2)(batch)

@@ -69,10 +69,12 @@ class Decoder:
     return images, labels, sum(skipped for _, skipped in reads)
 
   def jpeg_batch(self, indices, host_rows: np.ndarray) -> tuple[dict, int]:
-    """(batch, unreadable examples passed over) for the devices to decode (nvdecode.py): 'jpeg' (N,) the JPEG bytes
-    of each example that is an S×S colour JPEG, b'' for the others and for the rows `host_rows`, which the host
-    decodes here ('host_rows' (K,) int32, 'host_image' (K, S, S, 3) uint8, an unreadable example's substitute among
-    them); 'index' (N,) int64, the examples (for a device's failure: the host decodes that one too); 'label'."""
+    """(batch, unreadable examples passed over) for the devices to decode (nvdecode.py): 'jpeg' uint8, the JPEG
+    bytes of each example that is an S×S colour JPEG one after another, row r's ending at 'jpeg_end' (N,) int64;
+    none for the other rows and for the rows `host_rows`, which the host decodes here ('host_rows' (K,) int32,
+    'host_image' (K, S, S, 3) uint8, an unreadable example's substitute among them); 'index' (N,) int64, the
+    examples (for a device's failure: the host decodes that one too); 'label'. Flat arrays, not a list of bytes:
+    from a worker process they come through shared memory, unpickled by nobody."""
     indices = np.asarray(indices, np.int64)
     examples = self._map(self._read_example, indices.tolist())
     on_host = np.zeros(len(indices), bool)
@@ -83,9 +85,10 @@ class Decoder:
     reads = self._map(self._read_into, indices[rows].tolist(), images)
     labels = np.array([-1 if e is None else int(e["label"]) for e in examples], np.int32)
     labels[rows] = [label for label, _ in reads]
-    jpegs = np.empty(len(indices), object)
-    jpegs[:] = [b"" if host else e["jpeg"] for e, host in zip(examples, on_host)]
-    batch = dict(jpeg=jpegs, host_rows=rows, host_image=images, index=indices, label=labels)
+    jpegs = [b"" if host else e["jpeg"] for e, host in zip(examples, on_host)]
+    ends = np.cumsum([len(jpeg) for jpeg in jpegs], dtype=np.int64)
+    flat = np.frombuffer(b"".join(jpegs), np.uint8)
+    batch = dict(jpeg=flat, jpeg_end=ends, host_rows=rows, host_image=images, index=indices, label=labels)
     return batch, sum(skipped for _, skipped in reads)
 
   def device_decodable(self, example: dict) -> bool:

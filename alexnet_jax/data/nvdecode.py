@@ -86,7 +86,9 @@ class DeviceDecoder:
 
   def _block(self, batch: dict, labels: np.ndarray, device: "_Device") -> tuple[jax.Array, int]:
     rows = device.rows
-    failed = device.decode(batch["jpeg"][rows])
+    ends = batch["jpeg_end"]
+    starts = np.concatenate([[0], ends[:-1]])
+    failed = device.decode([batch["jpeg"][a:b] for a, b in zip(starts[rows], ends[rows])])
     on_host = {r - rows.start: image for r, image in zip(batch["host_rows"], batch["host_image"])
                if rows.start <= r < rows.stop}
     skipped = 0
@@ -118,9 +120,9 @@ class _Device:
                    for r in range(n)] for slot in self.slots]
     self.copies, self.count = [None] * SLOTS, 0
 
-  def decode(self, jpegs: np.ndarray) -> list[int]:
+  def decode(self, jpegs: list[np.ndarray]) -> list[int]:
     """Decodes the rows whose JPEG is not empty into the next buffer; returns those that failed."""
-    rows = [r for r, jpeg in enumerate(jpegs) if jpeg]
+    rows = [r for r, jpeg in enumerate(jpegs) if len(jpeg)]
     if self.cuda is None:
       self.buffer = np.empty((len(jpegs), self.size, self.size, 3), np.uint8)
       images, stream = [self.nv.as_image(self.buffer[r]) for r in rows], 0
