@@ -49,22 +49,26 @@ def _orbax_quiet(level: int):
     absl_logger.removeFilter(quiet)
 
 
-def _closed_loop_callback(unraisable) -> bool:
-  return isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"
+def _abandoned_read(unraisable) -> bool:
+  """Whether an exception that Python could not raise comes from the reads or writes of a failed restore or save:
+  a callback of tensorstore finding orbax's asyncio loop closed, or an orbax coroutine collected unfinished."""
+  if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
+    return True
+  code = getattr(unraisable.object, "cr_code", None)
+  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
 def _quiet_for_the_process() -> None:
   """Silences, for the life of the process (saves outlive any call), what orbax and tensorstore print about a
-  failure that restore() or save() report themselves: orbax's logged errors, and the "Event loop is closed" that
-  tensorstore's reads still under way raise (unraisably, one traceback each) once orbax has closed the asyncio
-  loop of a read that failed."""
+  failure that restore() or save() report themselves: orbax's logged errors, and the tracebacks of the reads and
+  writes still under way when one of them failed (_abandoned_read)."""
   absl_logger = logging.getLogger("absl")
   if not any(isinstance(f, _OrbaxLogs) and f.level == logging.ERROR for f in absl_logger.filters):
     absl_logger.addFilter(_OrbaxLogs(logging.ERROR))
   previous = sys.unraisablehook
   if not getattr(previous, "drops_closed_loop_callbacks", False):
     def hook(unraisable):
-      if not _closed_loop_callback(unraisable):
+      if not _abandoned_read(unraisable):
         previous(unraisable)
     hook.drops_closed_loop_callbacks = True
     sys.unraisablehook = hook
