@@ -1,46 +1,201 @@
 """Orbax checkpoints in <workdir>/checkpoints: the train state, and the input pipeline's position (JSON: the next
-batch and the data settings that give that index its meaning)."""
+batch and the data settings that give that index its meaning).
 
+Restoring tries the newest checkpoint first and falls back to older ones while a checkpoint cannot be read (a
+truncated file, a step directory emptied or left incomplete, metadata deleted, non-finite numbers), warning in one
+line per checkpoint passed over; nothing is deleted. Saves run in the background; a failure (a full disk) is
+raised by the next save or wait as one CheckpointError.
+"""
+
+import contextlib
+import logging
 import os
+import re
+import sys
 
 import jax
 import orbax.checkpoint as ocp
 
+from alexnet_jax import guard
 
-def manager(workdir: str, config) -> ocp.CheckpointManager:
-  return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(workdir), "checkpoints"),
-      item_handlers=dict(state=ocp.StandardCheckpointHandler(), data=ocp.JsonCheckpointHandler()),
-      options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep, create=True))
+UNREADABLE_SUFFIX = ".unreadable"  # a step directory set aside: orbax only takes names of digits for steps
+
+
+class CheckpointError(ValueError):
+  """No checkpoint can be restored, one does not fit the configuration, or one cannot be saved."""
+
+
+class _OrbaxLogs(logging.Filter):
+  """Drops orbax's log records from `level` up. Orbax logs a failed background save with its traceback from each
+  thread it ran in, then raises the error in the next save or wait, where it is reported in one line; and it warns
+  about each file missing from a checkpoint that restore() passes over with its own line."""
+
+  def __init__(self, level: int):
+    super().__init__()
+    self.level = level
+
+  def filter(self, record):
+    return not (record.levelno >= self.level and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+@contextlib.contextmanager
+def _orbax_quiet(level: int):
+  absl_logger = logging.getLogger("absl")
+  quiet = _OrbaxLogs(level)
+  absl_logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(quiet)
+
+
+def _abandoned_read(unraisable) -> bool:
+  """Whether an exception that Python could not raise comes from the reads or writes of a failed restore or save:
+  a callback of tensorstore finding orbax's asyncio loop closed, or an orbax coroutine collected unfinished."""
+  if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
+    return True
+  code = getattr(unraisable.object, "cr_code", None)
+  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+
+
+def _quiet_for_the_process() -> None:
+  """Silences, for the life of the process (saves outlive any call), what orbax and tensorstore print about a
+  failure that restore() or save() report themselves: orbax's logged errors, and the tracebacks of the reads and
+  writes still under way when one of them failed (_abandoned_read)."""
+  absl_logger = logging.getLogger("absl")
+  if not any(isinstance(f, _OrbaxLogs) and f.level == logging.ERROR for f in absl_logger.filters):
+    absl_logger.addFilter(_OrbaxLogs(logging.ERROR))
+  previous = sys.unraisablehook
+  if not getattr(previous, "drops_closed_loop_callbacks", False):
+    def hook(unraisable):
+      if not _abandoned_read(unraisable):
+        previous(unraisable)
+    hook.drops_closed_loop_callbacks = True
+    sys.unraisablehook = hook
+
+
+def manager(workdir: str, config, create: bool = True) -> ocp.CheckpointManager:
+  """The checkpoints of a run; create=False for the scripts that only read one, which then create nothing."""
+  _quiet_for_the_process()
+  with _orbax_quiet(logging.WARNING):  # it warns of each step directory without metadata: restore() says more
+    return ocp.CheckpointManager(
+        os.path.join(os.path.abspath(workdir), "checkpoints"),
+        item_handlers=dict(state=ocp.StandardCheckpointHandler(), data=ocp.JsonCheckpointHandler()),
+        options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep, create=create,
+                                             read_only=not create))
+
+
+def existing(workdir: str, config) -> ocp.CheckpointManager:
+  """The checkpoints of a run that exists: a CheckpointError if `workdir` holds none."""
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory):
+    what = "does not exist" if not os.path.isdir(workdir) else "has no checkpoints"
+    raise CheckpointError(f"--workdir {workdir} {what}: pass the workdir of a training run")
+  return manager(workdir, config, create=False)
+
+
+@contextlib.contextmanager
+def _saving(mngr: ocp.CheckpointManager):
+  try:
+    yield
+  except CheckpointError:
+    raise
+  except Exception as e:  # orbax and tensorstore raise a ValueError, or a bare Exception, for one full disk
+    raise CheckpointError(f"cannot save a checkpoint in {mngr.directory}: {_reason(e)}; free space, then rerun the "
+                          "same command to resume from the last checkpoint") from None
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, data: dict) -> None:
-  mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+  with _saving(mngr):
+    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+
+
+def wait(mngr: ocp.CheckpointManager) -> None:
+  """Waits for the save in the background, if any: a CheckpointError if it failed."""
+  with _saving(mngr):
+    mngr.wait_until_finished()
+
+
+def _reason(e: BaseException) -> str:
+  """A short line for an orbax or tensorstore error: the innermost cause's first line, without its spec."""
+  while e.__cause__ is not None:
+    e = e.__cause__
+  text = str(e).strip()
+  if m := re.search(r"os_error_code='(\d+)'", text):
+    return os.strerror(int(m.group(1)))
+  first = (text.splitlines() or [""])[0].split(" [tensorstore_spec")[0].split(" See full TensorStore")[0]
+  return f"{type(e).__name__}: {first[:200]}"
 
 
 def _shapes(tree) -> dict[tuple, tuple]:
   """Leaf shapes by key path, the path spelled the same for dataclasses, dicts and sequences."""
   name = lambda k: str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))  # noqa: E731
-  return {tuple(map(name, path)): tuple(x.shape) for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+  return {tuple(map(name, path)): getattr(x, "shape", None) and tuple(x.shape)
+          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def restore(mngr: ocp.CheckpointManager, state) -> tuple:
-  """(state, data position) of the newest checkpoint, the state laid out like `state` (same shardings);
-  (`state`, None) where there is none.
+def _misfit(mngr, step: int, stored: dict, wanted: dict) -> CheckpointError:
+  diff = sorted(set(stored.items()) ^ set(wanted.items()))[:2]
+  detail = "; ".join(f"{'.'.join(k)}: checkpoint {stored.get(k)} vs config {wanted.get(k)}" for k, _ in diff)
+  return CheckpointError(f"the checkpoint of step {step} in {mngr.directory} does not fit this configuration "
+                         f"({detail}); resume with the config it was written with, or train in a new --workdir")
 
-  Shapes are compared with the checkpoint's metadata first, so that a checkpoint of another network is refused
-  with one message, before orbax starts reading.
-  """
-  step = mngr.latest_step()
-  if step is None:
-    return state, None
-  stored, wanted = _shapes(mngr.item_metadata(step)["state"]), _shapes(state)
+
+def _restore_step(mngr: ocp.CheckpointManager, step: int, state, wanted: dict):
+  """The restored items of `step`, or None if its shapes are another network's; raises whatever orbax raises for
+  an unreadable checkpoint, and ValueError for an incomplete or non-finite one."""
+  stored = _shapes(mngr.item_metadata(step)["state"])
+  if not stored or None in stored.values():
+    raise ValueError("its metadata is incomplete")
   if stored != wanted:
-    diff = sorted(set(stored.items()) ^ set(wanted.items()))[:2]
-    detail = "; ".join(f"{'.'.join(k)}: checkpoint {stored.get(k)} vs config {wanted.get(k)}" for k, _ in diff)
-    raise ValueError(f"the checkpoint of step {step} in {mngr.directory} does not fit this configuration "
-                     f"({detail}); resume with the config it was written with, or train in a new --workdir")
+    raise _misfit(mngr, step, stored, wanted)
   target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                         data=ocp.args.JsonRestore()))
-  return restored["state"], restored["data"]
+  if restored["data"] is None:
+    raise ValueError("its input position is missing")
+  if not guard.all_finite(restored["state"]):
+    raise ValueError("it holds non-finite numbers")
+  return restored
+
+
+def restore(mngr: ocp.CheckpointManager, state, set_aside: bool = False) -> tuple:
+  """(state, data position) of the newest checkpoint that restores, the state laid out like `state` (same
+  shardings); (`state`, None) where there is none.
+
+  Shapes are compared with the checkpoint's metadata first, so that a checkpoint of another network is refused
+  with one message, before orbax starts reading. A checkpoint that cannot be read is passed over with a warning;
+  with set_aside (training, which will save those steps again) its directory is renamed <step>.unreadable, out of
+  orbax's sight. A CheckpointError if there are checkpoints and none restores.
+  """
+  wanted, failed = _shapes(state), []
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      with _orbax_quiet(logging.WARNING):
+        restored = _restore_step(mngr, step, state, wanted)
+    except CheckpointError:
+      raise
+    except Exception as e:  # orbax and tensorstore raise KeyError, ValueError or a bare Exception for one fault
+      failed.append(step)
+      logging.warning("checkpoint %d in %s cannot be restored (%s): trying the one before", step, mngr.directory,
+                      _reason(e))
+      continue
+    if failed and set_aside:
+      moved = [_set_aside(mngr, s) for s in failed]
+      mngr.reload()
+      logging.warning("resuming from checkpoint %d; set aside, not deleted: %s", step, ", ".join(moved))
+    return restored["state"], restored["data"]
+  if failed:
+    raise CheckpointError(f"none of the checkpoints in {mngr.directory} can be restored (steps "
+                          f"{', '.join(map(str, failed))}; warnings above): move them away to train afresh")
+  return state, None
+
+
+def _set_aside(mngr: ocp.CheckpointManager, step: int) -> str:
+  source = os.path.join(mngr.directory, str(step))
+  target, n = source + UNREADABLE_SUFFIX, 1
+  while os.path.exists(target):
+    n += 1
+    target = f"{source}{UNREADABLE_SUFFIX}.{n}"
+  os.rename(source, target)
+  return target

@@ -4,6 +4,8 @@ configs/*.py start from `paper_config()` and change values. It is locked: a key 
 setting it (in a config file, in code or as --config.key) raises an error that names it and the nearest known key.
 """
 
+import math
+
 import ml_collections
 
 DTYPES = ("float32", "bfloat16")
@@ -75,6 +77,40 @@ def _choices(config, key, allowed):
     raise ValueError(f"config.{key}={config[key]!r} is not one of {', '.join(map(repr, allowed))}")
 
 
+# Every numeric key, its type and its range, in words and as a test. Floats must be finite too: NaN passes no
+# comparison (so `nan <= 0` lets it through), and an infinite number of epochs never ends.
+_POSITIVE, _NATURAL, _COUNT = ("> 0", lambda v: v > 0), ("≥ 0", lambda v: v >= 0), ("≥ 1", lambda v: v >= 1)
+RANGES = (
+    ("seed", int, *_NATURAL), ("width", float, *_POSITIVE), ("towers", int, *_COUNT), ("image_size", int, *_COUNT),
+    ("mesh.model", int, *_COUNT),
+    ("mesh.data", int, "≥ 1, or -1 for every other device", lambda v: v >= 1 or v == -1),
+    ("cpu_devices", int, *_NATURAL), ("dataset.num_classes", int, *_NATURAL),
+    ("dataset.num_train_examples", int, *_NATURAL), ("dataset.num_eval_examples", int, *_NATURAL),
+    ("dataset.resize", int, *_COUNT), ("dataset.pca_sigma", float, *_NATURAL), ("dataset.threads", int, *_COUNT),
+    ("dataset.workers", int, "≥ -1 (-1: automatic)", lambda v: v >= -1),
+    ("dataset.host_share", float, "in [0, 1]", lambda v: 0 <= v <= 1), ("batch_size", int, *_COUNT),
+    ("eval_batch_size", int, *_COUNT), ("learning_rate", float, *_POSITIVE),
+    ("momentum", float, "in [0, 1)", lambda v: 0 <= v < 1), ("weight_decay", float, *_NATURAL),
+    ("num_epochs", float, *_POSITIVE), ("log_every_steps", int, *_COUNT), ("eval_every_steps", int, *_COUNT),
+    ("checkpoint_every_steps", int, *_COUNT), ("checkpoints_to_keep", int, *_COUNT),
+)
+
+
+def _is_number(value, kind) -> bool:
+  if isinstance(value, bool) or not isinstance(value, int | float):
+    return False
+  return isinstance(value, int) if kind is int else math.isfinite(value)
+
+
+def _check_range(config, key: str, kind, rule: str, inside) -> None:
+  value = config
+  for part in key.split("."):
+    value = value[part]
+  if not (_is_number(value, kind) and inside(value)):
+    raise ValueError(f"config.{key} must be {'an integer' if kind is int else 'a finite number'} {rule}, "
+                     f"got {value!r}")
+
+
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises one ValueError naming the first value out of range (unknown keys never get in: the config is locked)."""
   from alexnet_jax import networks, ops  # noqa: PLC0415  (configs import this module before jax is set up)
@@ -84,24 +120,14 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
-  if config.dataset.workers < -1:
-    raise ValueError(f"config.dataset.workers must be ≥ -1 (-1: automatic), got {config.dataset.workers!r}")
-  for key in ("num_classes", "num_train_examples", "num_eval_examples", "pca_sigma"):
-    if config.dataset[key] < 0:
-      raise ValueError(f"config.dataset.{key} must be ≥ 0, got {config.dataset[key]!r}")
   if config.dataset.decoder not in DECODERS:
     raise ValueError(f"config.dataset.decoder={config.dataset.decoder!r} is not one of "
                      f"{', '.join(map(repr, DECODERS))}")
-  if not 0 <= config.dataset.host_share <= 1:
-    raise ValueError(f"config.dataset.host_share must lie in [0, 1], got {config.dataset.host_share!r}")
-  if config.dataset.threads < 1:
-    raise ValueError(f"config.dataset.threads must be ≥ 1, got {config.dataset.threads!r}")
-  for key in ("batch_size", "eval_batch_size", "towers", "image_size", "log_every_steps", "eval_every_steps",
-              "checkpoint_every_steps", "checkpoints_to_keep"):
-    if int(config[key]) < 1:
-      raise ValueError(f"config.{key} must be a positive integer, got {config[key]!r}")
-  if config.width <= 0 or config.learning_rate <= 0 or config.num_epochs <= 0:
-    raise ValueError("config.width, config.learning_rate and config.num_epochs must be positive")
+  for key, kind, rule, inside in RANGES:
+    _check_range(config, key, kind, rule, inside)
+  drops = config.lr_drop_epochs
+  if not isinstance(drops, tuple | list) or not all(_is_number(e, False) and e >= 0 for e in drops):
+    raise ValueError(f"config.lr_drop_epochs must be a tuple of epochs (finite numbers ≥ 0), got {drops!r}")
   data, model = config.mesh.data, config.mesh.model
   if config.towers % model:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")

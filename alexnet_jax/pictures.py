@@ -7,7 +7,6 @@ opponent-colour one such as red against green; random filters average 2/3. A tow
 filters: in the paper one tower learned grey edges, the other colour blobs.
 """
 
-import json
 import os
 
 import matplotlib
@@ -16,6 +15,8 @@ matplotlib.use("Agg")  # files only, no display
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from alexnet_jax import metrics  # noqa: E402
 
 
 def colour_specialisation(kernel: np.ndarray) -> np.ndarray:
@@ -55,7 +56,7 @@ def write_filters(kernel: np.ndarray, path: str) -> np.ndarray:
 
 def write_curves(metrics_jsonl: str, path: str) -> None:
   """Loss, top-1 and top-5 against steps, train and eval, from a run's metrics.jsonl."""
-  rows = [json.loads(line) for line in open(metrics_jsonl) if line.strip()]
+  rows = metrics.read(metrics_jsonl)
   fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
   for ax, name in zip(axes, ("loss", "top1", "top5")):
     for split, style in (("train", "-"), ("eval", "o-")):

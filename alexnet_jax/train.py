@@ -20,7 +20,7 @@ import tqdm
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import checkpoints, parallel, pictures
+from alexnet_jax import checkpoints, guard, parallel, pictures, workdirs
 from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import Feed
@@ -234,6 +234,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = metrics_of(logits, batch["label"]) | dict(learning_rate=setup.schedule(state.step))
+  metrics |= guard.step_health(state.step, metrics["loss"])
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
@@ -274,9 +275,9 @@ def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
 def restore_newest(config, workdir: str):
   """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
   config = validate(config)
+  manager = checkpoints.existing(workdir, config)
   dataset = get_dataset(config)
   setup = dataset_setup(config, dataset)
-  manager = checkpoints.manager(workdir, config)
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
   state, _ = checkpoints.restore(manager, create_train_state(setup, config, jax.random.key(config.seed)))
@@ -291,14 +292,21 @@ def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir`; returns the final eval metrics."""
+  """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir` that restores; returns the final
+  eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM or SIGINT stop it after a step, with that
+  step saved (guard.Interrupted); a non-finite loss or state stops it without saving (guard.Diverged)."""
   config = validate(config)
+  with workdirs.claim(workdir, lock=jax.process_index() == 0), guard.stop_on_signals():
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   dataset = get_dataset(config)
   setup = dataset_setup(config, dataset)
   key = jax.random.key(config.seed)
   state = create_train_state(setup, config, key)
   manager = checkpoints.manager(workdir, config)
-  state, position = checkpoints.restore(manager, state)
+  state, position = checkpoints.restore(manager, state, set_aside=True)
   start = int(state.step)
   if position is not None:
     check_position(position, data_position(config, dataset, start))
@@ -314,6 +322,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
   batches_on_device = Feed(iterate(batches, start, input_workers(config)), device_put_fn(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
+  diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
   for step in range(start, setup.total_steps):
     batch, skipped_here = next(batches_on_device)
@@ -321,17 +330,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state, m = p_train_step(state, batch, key)
     del batch  # on CPU it can be a view of a worker's shared memory, which Grain releases when it is let go
     lr = m.pop("learning_rate")
-    sums = m if sums is None else jax.tree.map(jnp.add, sums, m)
+    sums = guard.accumulate(sums, m)
     done = step + 1
+    signalled = guard.signalled()
     if done % config.log_every_steps == 0 or done == setup.total_steps:
-      train = summarise(jax.device_get(sums))
+      window = jax.device_get(sums)
+      train = summarise(window)
       train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
                     skipped_images=skipped)
       writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
       sums, t0, logged = None, time.time(), done
-    evaluating = done % config.eval_every_steps == 0 or done == setup.total_steps
-    saving = done % config.checkpoint_every_steps == 0 or done == setup.total_steps
+      if (bad := guard.first_nonfinite(window)) is not None:
+        diverged = bad, "a non-finite loss"
+    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not (diverged or signalled)
+    saving = (done % config.checkpoint_every_steps == 0 or done == setup.total_steps or signalled) and not diverged
+    if saving and not guard.all_finite(state):  # never write a non-finite state
+      saving, diverged = False, (done, "a non-finite state")
     if evaluating or saving:
       jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
       pause = time.time()
@@ -345,10 +360,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if evaluating or saving:
       t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
+    if diverged or signalled:
+      break
   bar.close()
   batches_on_device.close()  # stops its thread and the worker processes, if any
-  manager.wait_until_finished()
+  checkpoints.wait(manager)
   writer.close()
+  if diverged:
+    raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
+  if signalled:
+    raise guard.Interrupted(signalled, done, manager.directory)
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
   colour = write_pictures(workdir, setup, state)

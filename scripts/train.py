@@ -1,5 +1,6 @@
 """Trains a network: python scripts/train.py --config configs/demo.py [--config.key=value …] [--workdir DIR]."""
 
+import gc
 import os
 import sys
 
@@ -16,13 +17,20 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
+  from alexnet_jax import guard  # noqa: PLC0415
   from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
 
   workdir = flags.FLAGS.workdir or os.path.join("runs", cli.config_name())
   try:
     metrics = train_and_evaluate(config, workdir)
-  except ValueError as e:  # bad config, data or checkpoint: one line, no traceback
-    sys.exit(f"error: {e}")
+  except ValueError as e:  # bad config, data, checkpoint or workdir, or divergence: one line, no traceback
+    metrics, line, status = None, f"error: {e}", 1
+  except guard.Interrupted as e:  # SIGTERM or SIGINT: the step saved, the status a signal's
+    metrics, line, status = None, f"\n{e}", e.exit_status
+  if metrics is None:
+    gc.collect()  # the failed run's frames go, and with them its progress bar, which prints its last line now
+    print(line, file=sys.stderr)
+    sys.exit(status)
   print(f"final eval: top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}  loss {metrics['loss']:.4f}")
 
 

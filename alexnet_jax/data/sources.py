@@ -32,13 +32,28 @@ class DataError(ValueError):
 def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
   """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
   keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same
-  crop. Grey, palette, CMYK, RGBA and 16-bit images become 8-bit RGB."""
+  crop. Grey, palette, CMYK, RGBA and 16-bit images become 8-bit RGB; 32-bit integer or float images (PIL's modes
+  I and F: a 16-bit PGM, a float TIFF), whose range PIL does not know, are refused with a ValueError."""
   with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
     if min_size:
       image.draft("RGB", (min_size, min_size))
-    if image.mode.startswith("I;16"):  # 16-bit grey: the top byte (converting to RGB would clip at 255 instead)
-      return as_rgb((np.asarray(image) >> 8).astype(np.uint8))
+    if image.mode.startswith("I;16"):  # 16-bit grey (converting to RGB would clip at 255 instead)
+      return as_rgb(to_uint8(np.asarray(image)))
+    if image.mode in ("I", "F"):
+      raise ValueError(f"{'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels (PIL mode "
+                       f"{image.mode}) of unknown range: store the image with 8 or 16 bits per channel")
     return np.asarray(image.convert("RGB"))
+
+
+def to_uint8(image: np.ndarray) -> np.ndarray:
+  """8-bit pixels from 8- or 16-bit ones: 16-bit values keep their top byte (32768 → 128, 65535 → 255), as PIL
+  reduces 16-bit RGB PNGs; other types (signed, 32-bit, float), whose range is not known, raise a ValueError."""
+  image = np.asarray(image)
+  if image.dtype == np.uint8:
+    return image
+  if image.dtype.kind == "u" and image.dtype.itemsize == 2:
+    return (image >> 8).astype(np.uint8)
+  raise ValueError(f"{image.dtype} pixels of unknown range: store the images with 8 or 16 bits per channel")
 
 
 def as_rgb(image: np.ndarray) -> np.ndarray:
@@ -68,13 +83,18 @@ class ImageFolder:
     unknown = sorted(set(_subdirs(folder)) - set(classes))
     if unknown:
       raise DataError(f"{folder} has classes that the training split lacks: {', '.join(unknown[:5])}")
-    self.files, self.labels = [], []
+    self.files, self.labels, empty = [], [], []
     for label, name in enumerate(classes):
       class_dir = os.path.join(folder, name)
       names = sorted(os.listdir(class_dir)) if os.path.isdir(class_dir) else []
       images = [os.path.join(class_dir, f) for f in names if f.lower().endswith(IMAGE_SUFFIXES)]
+      if os.path.isdir(class_dir) and not images:  # a split may lack a class, but not hold it empty
+        empty.append(name)
       self.files += images
       self.labels += [label] * len(images)
+    if empty:
+      raise DataError(f"{folder} has class folders without images ({', '.join(IMAGE_SUFFIXES)}): "
+                      f"{', '.join(empty[:5])}{' …' if len(empty) > 5 else ''}; add images or remove them")
     if not self.files:
       raise DataError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {folder}/<class>/")
     self.resize = resize
@@ -145,7 +165,7 @@ class _Tfds:
 
   def __getitem__(self, i):
     example = self.source[i]
-    return dict(image=as_rgb(example["image"]), label=int(example["label"]))
+    return dict(image=as_rgb(to_uint8(example["image"])), label=int(example["label"]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,67 @@
+"""A training run's hold on its workdir: an advisory lock that refuses a second run in the same directory, and
+failures to write there (read-only, not a directory, disk full) reported in one line naming the path."""
+
+import contextlib
+import errno
+import fcntl
+import os
+
+LOCK = ".lock"  # in the workdir; holds the pid of the run that has it
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the disk (or a quota, or a file size limit) is full
+
+
+class WorkdirError(ValueError):
+  """The workdir cannot be used: another run holds it, or it cannot be written."""
+
+
+def unwritable(workdir: str, e: OSError) -> WorkdirError:
+  """The one line for an OSError met while writing in the workdir."""
+  remedy = ("free space, then rerun the same command to resume from the last checkpoint" if e.errno in FULL else
+            "pass a writable directory as --workdir")
+  return WorkdirError(f"cannot write in {workdir}: {e.strerror or e} ({e.filename or workdir}): {remedy}")
+
+
+def _inside(workdir: str, path) -> bool:
+  if not isinstance(path, str | bytes | os.PathLike):
+    return False
+  root, path = os.path.abspath(workdir), os.path.abspath(os.fsdecode(path))
+  return path == root or path.startswith(root + os.sep)
+
+
+@contextlib.contextmanager
+def claim(workdir: str, lock: bool = True):
+  """Within: `workdir` exists and is this run's alone (an flock on <workdir>/.lock, released on exit, also when the
+  process dies; lock=False leaves it to another process of the same run, such as the first of several hosts). An
+  OSError about a path in the workdir, or one that says the disk is full, becomes a WorkdirError of one line."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f"--workdir {workdir} is a file, not a directory: pass a directory")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    held = open(os.path.join(workdir, LOCK), "a+") if lock else None
+  except OSError as e:
+    raise unwritable(workdir, e) from None
+  try:
+    if held is not None:
+      _take(held, workdir)
+    yield
+  except OSError as e:
+    if e.errno in FULL or _inside(workdir, e.filename):
+      raise unwritable(workdir, e) from None
+    raise
+  finally:
+    if held is not None:
+      held.close()  # releases the flock
+
+
+def _take(lock, workdir: str) -> None:
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    lock.seek(0)
+    holder = lock.read().strip() or "unknown"
+    raise WorkdirError(f"another run (pid {holder}) is using --workdir {workdir}: wait for it to finish, or train "
+                       "in another directory") from None
+  lock.seek(0)
+  lock.truncate()
+  lock.write(f"{os.getpid()}\n")
+  lock.flush()

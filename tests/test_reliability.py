@@ -1,0 +1,395 @@
+"""What happens when things go wrong (README): divergence, unreadable checkpoints, preemption, odd images, broken
+metrics files, busy or unusable workdirs, broken config files: each stops or recovers with one clear line."""
+
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+from PIL import Image
+
+from alexnet_jax import checkpoints, guard, metrics, train, workdirs
+from alexnet_jax.config import RANGES, paper_config, validate
+from alexnet_jax.data import DataError, decode, sources
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Ten steps of a two-tower network small enough to compile in a moment, on 32×32 procedural images; a config file,
+# so that the command-line tests run it too.
+TINY_CONFIG = """
+from alexnet_jax import networks
+from alexnet_jax.config import paper_config
+from alexnet_jax.networks import Layer, Table
+
+
+@networks.register("reliability_test_net")
+def net(*, num_classes, width, towers, lrn_alpha_over_n):
+  return Table((Layer("conv1", "conv", filters=round(32 * width), size=5, stride=2),
+                Layer("pool1", "pool", size=3, stride=2),
+                Layer("fc2", "fc", filters=round(256 * width), inputs="all"),
+                Layer("fc3", "fc", filters=num_classes, split="sum", relu=False)), towers)
+
+
+def get_config():
+  c = paper_config()
+  c.cpu_devices, c.network, c.image_size, c.weight_init = 2, "reliability_test_net", 32, "he"
+  c.dataset.name, c.dataset.num_classes = "procedural", 10
+  c.dataset.num_train_examples, c.dataset.num_eval_examples = 320, 50
+  c.batch_size, c.eval_batch_size, c.learning_rate = 32, 50, 0.01
+  c.num_epochs, c.lr_drop_epochs = 1.0, ()
+  c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 2, 100, 4
+  return c
+"""
+_namespace = {}
+exec(compile(TINY_CONFIG, "tiny_config", "exec"), _namespace)  # registers the network in this process
+
+
+def tiny_config(**changes):
+  c = _namespace["get_config"]()
+  c.update(changes)
+  return c
+
+
+@pytest.fixture
+def tiny_file(tmp_path):
+  path = tmp_path / "tiny.py"
+  path.write_text(TINY_CONFIG)
+  return str(path)
+
+
+def strict_rows(path) -> list[dict]:
+  def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+  return [json.loads(line, parse_constant=refuse) for line in open(path)]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+  """A tiny run of 10 steps with checkpoints 4, 8 and 10, and its final metrics."""
+  workdir = str(tmp_path_factory.mktemp("finished"))
+  return workdir, train.train_and_evaluate(tiny_config(), workdir)
+
+
+@pytest.fixture(scope="module")
+def template():
+  """A state of tiny_config()'s network (other values than any checkpoint's) for restore to lay out like."""
+  config = tiny_config()
+  setup = train.make_setup(config, 10, config.dataset.num_train_examples)
+  return train.create_train_state(setup, config, jax.random.key(7))
+
+
+# Divergence.
+
+@pytest.mark.parametrize("seen_in", ["loss", "state"])
+def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, seen_in):
+  # Logged every step and never saved, the run sees the first non-finite loss in its metrics window; saved every
+  # step and never logged, it sees the non-finite state before saving it, and keeps the step before.
+  every = dict(log_every_steps=1, checkpoint_every_steps=100) if seen_in == "loss" else dict(
+      log_every_steps=100, checkpoint_every_steps=1)
+  config = tiny_config(learning_rate=1e3, checkpoints_to_keep=1, **every)
+  with pytest.raises(guard.Diverged, match=f"training diverged: a non-finite {seen_in} at step ") as e:
+    train.train_and_evaluate(config, str(tmp_path))
+  step = e.value.step
+  assert "stopped without saving" in str(e.value) and "rerun with a lower config.learning_rate" in str(e.value)
+  if seen_in == "loss":
+    rows = strict_rows(tmp_path / "metrics.jsonl")  # valid JSON: no NaN literal
+    assert [r["loss"] is None for r in rows] == [False] * (step - 1) + [True]
+    assert e.value.last_checkpoint is None and not os.listdir(tmp_path / "checkpoints")
+    return
+  assert e.value.last_checkpoint == step - 1 and os.listdir(tmp_path / "checkpoints") == [str(step - 1)]
+  state, _ = checkpoints.restore(checkpoints.manager(str(tmp_path), config), template)
+  assert guard.all_finite(state)  # checkpoints_to_keep=1 did not rotate the last finite checkpoint away
+
+
+# Validation.
+
+@pytest.mark.parametrize("key,value,message", [
+    ("learning_rate", float("nan"), "config.learning_rate must be a finite number > 0, got nan"),
+    ("learning_rate", float("inf"), "config.learning_rate must be a finite number > 0, got inf"),
+    ("num_epochs", float("inf"), "config.num_epochs must be a finite number > 0, got inf"),
+    ("width", float("nan"), "config.width must be a finite number > 0, got nan"),
+    ("momentum", 1.0, r"config.momentum must be a finite number in \[0, 1\), got 1.0"),
+    ("mesh.model", 0, "config.mesh.model must be an integer ≥ 1, got 0"),
+    ("mesh.data", 0, "config.mesh.data must be an integer ≥ 1, or -1 for every other device, got 0"),
+    ("dataset.pca_sigma", -0.1, "config.dataset.pca_sigma must be a finite number ≥ 0, got -0.1"),
+    ("seed", -1, "config.seed must be an integer ≥ 0, got -1"),
+    ("lr_drop_epochs", ("abc",), r"config.lr_drop_epochs must be a tuple of epochs .* got \('abc',\)"),
+    ("lr_drop_epochs", (30.0, float("nan")), r"config.lr_drop_epochs must be .* got \(30.0, nan\)"),
+])
+def test_numbers_out_of_range_or_not_finite_are_refused_naming_the_key(key, value, message):
+  config = tiny_config()
+  *parents, last = key.split(".")
+  node = config
+  for part in parents:
+    node = node[part]
+  node[last] = value
+  with pytest.raises(ValueError, match=message):
+    validate(config)
+
+
+def test_every_numeric_key_has_a_range():
+  def numeric(config, prefix=""):
+    for k, v in config.items():
+      if isinstance(v, ml_collections.ConfigDict):
+        yield from numeric(v, f"{prefix}{k}.")
+      elif isinstance(v, int | float) and not isinstance(v, bool):
+        yield prefix + k
+  assert sorted(numeric(paper_config())) == sorted(key for key, *_ in RANGES)
+
+
+# Checkpoints that cannot be read.
+
+def _largest_data_file(step_dir):
+  files = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(step_dir, "state", "ocdbt.process_0")) for f in fs]
+  return max(files, key=os.path.getsize)
+
+
+def _overwrite(path):
+  with open(path, "r+b") as f:
+    f.write(os.urandom(os.path.getsize(path)))
+
+
+def _empty(step_dir):
+  for entry in os.listdir(step_dir):
+    path = os.path.join(step_dir, entry)
+    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+CORRUPTIONS = {
+    "truncated data file": lambda d: os.truncate(_largest_data_file(d), 1000),
+    "overwritten data file": lambda d: _overwrite(_largest_data_file(d)),
+    "emptied step directory": _empty,
+    "deleted manifest.ocdbt": lambda d: os.remove(os.path.join(d, "state", "manifest.ocdbt")),
+    "garbled data/metadata": lambda d: open(os.path.join(d, "data", "metadata"), "w").write('{"next_batch": 1'),
+    "deleted state/_METADATA": lambda d: os.remove(os.path.join(d, "state", "_METADATA")),
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(finished, template, tmp_path, corruption,
+                                                                     caplog):
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  CORRUPTIONS[corruption](os.path.join(workdir, "checkpoints", "10"))
+  with caplog.at_level(logging.WARNING):
+    state, position = checkpoints.restore(checkpoints.existing(workdir, tiny_config()), template)
+  assert int(state.step) == 8 and position["next_batch"] == 8
+  assert [r.getMessage().split(" (")[0] for r in caplog.records if r.name == "root"] == [
+      f"checkpoint 10 in {workdir}/checkpoints cannot be restored"]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # nothing deleted
+
+
+def test_training_resumes_from_the_last_readable_checkpoint_as_if_uninterrupted(finished, tmp_path):
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  CORRUPTIONS["truncated data file"](os.path.join(workdir, "checkpoints", "10"))
+  assert train.train_and_evaluate(tiny_config(), workdir) == finished[1]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "10.unreadable", "4", "8"]
+  assert [r["step"] for r in strict_rows(os.path.join(workdir, "metrics.jsonl"))] == [2, 4, 6, 8, 10, 10]
+
+
+def test_no_readable_checkpoint_stops_naming_them(finished, template, tmp_path):
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  for step in ("4", "8", "10"):
+    CORRUPTIONS["emptied step directory"](os.path.join(workdir, "checkpoints", step))
+  with pytest.raises(checkpoints.CheckpointError, match=f"none of the checkpoints in {workdir}/checkpoints can be "
+                     r"restored \(steps 10, 8, 4;"):
+    checkpoints.restore(checkpoints.manager(workdir, tiny_config()), template, set_aside=True)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # left as they were
+
+
+# Preemption.
+
+def test_sigterm_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_run(finished, tmp_path):
+  assert threading.current_thread() is threading.main_thread()  # Python runs signal handlers there
+  workdir = str(tmp_path / "run")
+  jsonl = os.path.join(workdir, "metrics.jsonl")
+
+  def preempt():  # as a cluster does, while the loop runs
+    while not (os.path.exists(jsonl) and os.path.getsize(jsonl)):
+      time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=preempt, daemon=True).start()
+  with pytest.raises(guard.Interrupted, match="stopped by SIGTERM after step ") as e:
+    train.train_and_evaluate(tiny_config(num_epochs=20.0, log_every_steps=1), workdir)
+  assert e.value.exit_status == 128 + signal.SIGTERM and 1 <= e.value.step < 10
+  assert str(e.value.step) in os.listdir(os.path.join(workdir, "checkpoints"))
+  assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are the caller's again
+  assert train.train_and_evaluate(tiny_config(), workdir) == finished[1]
+
+
+def _start(args, **kwargs):
+  return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **kwargs)
+
+
+def _wait_for_training(process):
+  """Reads stdout until the line train_and_evaluate prints once its signal handlers are in place."""
+  for line in process.stdout:
+    if " parameters, mesh " in line:
+      return
+  raise AssertionError(process.stderr.read())
+
+
+@pytest.mark.parametrize("signals,status", [
+    ((signal.SIGINT,), 128 + signal.SIGINT),  # Ctrl-C: the step finishes and is saved
+    ((signal.SIGTERM, signal.SIGTERM), -signal.SIGTERM),  # a second signal: at once, nothing saved
+])
+def test_command_line_stops_on_a_signal_in_one_line(tmp_path, tiny_file, signals, status):
+  tmp_path = tmp_path / "run"
+  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(tmp_path)])
+  _wait_for_training(process)
+  process.send_signal(signals[0])
+  if len(signals) > 1:  # signals of one kind sent at once are delivered once: wait for the handler's line
+    for line in process.stderr:
+      if "stopping after this step" in line:
+        break
+    process.send_signal(signals[1])
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == status, stderr
+  assert "Traceback" not in stderr
+  name = signal.Signals(signals[0]).name
+  if len(signals) == 1:
+    assert stderr.strip().splitlines()[-1] == (f"stopped by {name} after step 1, saved in {tmp_path}/checkpoints; "
+                                               "rerun the same command to resume")
+    assert os.listdir(tmp_path / "checkpoints") == ["1"]
+  else:
+    assert stderr.strip().splitlines()[-1] == f"{name} again: stopping at once"
+    saved = os.listdir(tmp_path / "checkpoints") if os.path.exists(tmp_path / "checkpoints") else []
+    assert not any(name.isdigit() for name in saved)  # at most a temporary directory, which orbax removes
+
+
+# Images.
+
+def test_high_bit_depth_images_are_scaled_or_refused_naming_the_file(tmp_path, caplog):
+  for name in ("a", "b"):
+    os.makedirs(tmp_path / "train" / name)
+  Image.fromarray(np.full((40, 40), 32768, np.uint16)).save(tmp_path / "train" / "a" / "grey16.png")
+  Image.fromarray(np.full((40, 40), 70000, np.int32)).save(tmp_path / "train" / "a" / "int32.tif")
+  Image.fromarray(np.full((40, 40), 0.5, np.float32)).save(tmp_path / "train" / "b" / "float.tif")
+  Image.fromarray(np.full((40, 40, 3), 200, np.uint8)).save(tmp_path / "train" / "b" / "rgb8.png")
+  folder = sources.ImageFolder(str(tmp_path), "train", ("a", "b"), 32)
+  assert (folder[0]["image"] == 128).all()  # mid-grey, not clipped to white
+  for i, name in ((1, "int32.tif"), (2, "float.tif")):
+    with pytest.raises(OSError, match=f"{name}: .* of unknown range: store the image with 8 or 16 bits"):
+      folder[i]
+  with caplog.at_level(logging.WARNING):
+    images, labels, skipped = decode.Decoder(folder, 32).batch([1, 2])
+  assert skipped == 3 and (images == 200).all() and list(labels) == [1, 1]  # 1 and 2, then 2: for rgb8.png
+  assert sum("int32.tif" in r.getMessage() for r in caplog.records) == 1
+  # A tfds dataset's 16-bit arrays (tfds.features.Image(dtype=uint16)) take the same path as PIL's.
+  tfds_like = sources._Tfds([dict(image=np.full((8, 8, 1), 32768, np.uint16), label=0)], 32, None)
+  assert (tfds_like[0]["image"] == 128).all() and tfds_like[0]["image"].shape == (8, 8, 3)
+
+
+def test_an_empty_class_folder_is_reported(tmp_path):
+  for name in ("cat", "dog", "emu"):
+    os.makedirs(tmp_path / "train" / name)
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "train" / "cat" / "1.png")
+  (tmp_path / "train" / "emu" / "notes.txt").write_text("not an image")
+  with pytest.raises(DataError, match=r"train has class folders without images \(.*\): dog, emu; add images or "):
+    sources.ImageFolder(str(tmp_path), "train", sources.folder_classes(str(tmp_path), "train"), 32)
+
+
+# metrics.jsonl.
+
+def test_metrics_jsonl_is_strict_json_appended_and_cut_in_place(tmp_path, caplog):
+  jsonl = tmp_path / "metrics.jsonl"
+  writer = metrics.MetricWriter(str(tmp_path))
+  for step in (2, 4, 6):
+    writer.write("train", step, dict(loss=float("nan") if step == 6 else 1.0 / step, top1=float("inf")))
+  writer.close()
+  assert strict_rows(jsonl)[-1] == dict(step=6, split="train", loss=None, top1=None)
+  with open(jsonl, "a") as f:
+    f.write('{"step": 8, "split": "tr')  # a run killed mid-write
+  inode, head = os.stat(jsonl).st_ino, jsonl.read_text().splitlines()[:2]
+  with caplog.at_level(logging.WARNING):
+    metrics.MetricWriter(str(tmp_path), resume_step=4).close()  # resumed from checkpoint 4
+  assert f"{jsonl}: dropped its half-written last line" in caplog.text
+  assert os.stat(jsonl).st_ino == inode and jsonl.read_text().splitlines() == head  # cut, not rewritten
+  metrics.MetricWriter(str(tmp_path), resume_step=0).close()  # no checkpoint: a run from scratch
+  assert not jsonl.exists() and len(strict_rows(tmp_path / "metrics.jsonl.1")) == 2  # the history is kept
+  jsonl.write_text('{"step": 2, "split": "train"}\nnot json\n{"step": 4, "split": "train"}\n')
+  with pytest.raises(metrics.MetricsError, match=f"{jsonl} line 2 is not a JSON object of a step"):
+    metrics.MetricWriter(str(tmp_path), resume_step=4)
+
+
+# The workdir.
+
+def test_a_second_run_on_a_workdir_is_refused(tmp_path):
+  with workdirs.claim(str(tmp_path)):  # a run holds it
+    with pytest.raises(workdirs.WorkdirError, match=f"another run .pid {os.getpid()}. is using --workdir {tmp_path}"):
+      train.train_and_evaluate(tiny_config(), str(tmp_path))
+  with workdirs.claim(str(tmp_path)):  # released when the run ends
+    pass
+
+
+@pytest.mark.parametrize("where,message", [
+    ("a file", "is a file, not a directory"),
+    ("under a file", "cannot write in .*: Not a directory"),
+    ("/proc", "cannot write in /proc/alexnet_jax_test: No such file or directory"),
+])
+def test_an_unusable_workdir_stops_naming_it(tmp_path, where, message):
+  (tmp_path / "file").write_text("")
+  workdir = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "run",
+             "/proc": "/proc/alexnet_jax_test"}[where]
+  with pytest.raises(workdirs.WorkdirError, match=message):
+    train.train_and_evaluate(tiny_config(), str(workdir))
+
+
+def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file):
+  # A file size limit fails writes as a full disk does (EFBIG rather than ENOSPC), without root or a filesystem:
+  # the metrics fit in 200 kB, a checkpoint (1.2 MB of weights) does not.
+  tmp_path = tmp_path / "run"
+  limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+  run = subprocess.run([sys.executable, "-c", limited, "scripts/train.py", "--config", tiny_file, "--workdir",
+                        str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines()[-1].endswith(
+      f"error: cannot save a checkpoint in {tmp_path}/checkpoints: {os.strerror(errno.EFBIG)}; free space, then "
+      "rerun the same command to resume from the last checkpoint")
+  assert "Traceback" not in run.stderr and not re.search(r"^E\d{4} ", run.stderr, re.M)  # nor orbax's error logs
+
+
+# Scripts.
+
+@pytest.mark.parametrize("content,message", [
+    (None, "error: no config file {path}"),
+    ("def get_config(:\n", "error: config file {path}, line 1: SyntaxError: invalid syntax"),
+    ("import no_such_module\n", "error: config file {path}, line 1: ModuleNotFoundError: No module named"),
+    ("def get_config():\n  return 1 / 0\n", "error: config file {path}, line 2: ZeroDivisionError: division by zero"),
+    ("x = 1\n", "error: config file {path} defines no get_config()"),
+])
+def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, message):
+  path = tmp_path / "config.py"
+  if content is not None:
+    path.write_text(content)
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", str(path), "--workdir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines() == [run.stderr.strip()]
+  assert run.stderr.strip().startswith(message.format(path=path))
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py"])
+def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path, tiny_file, script):
+  typo = tmp_path / "rnus" / "demo"
+  run = subprocess.run([sys.executable, f"scripts/{script}", "--config", tiny_file, "--workdir", str(typo)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines()[-1] == f"error: --workdir {typo} does not exist: pass the workdir of a " \
+                                                "training run"
+  assert "Traceback" not in run.stderr and os.listdir(tmp_path) == ["tiny.py"]
