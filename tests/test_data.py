@@ -5,6 +5,7 @@ import dataclasses
 import io
 import logging
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -202,6 +203,21 @@ def test_worker_processes_give_the_same_batches(small):
   iterator = iterate(batches, 2, 1)
   try:
     assert_batches_equal(take(iterator, 3), [batches[i] for i in (2, 3, 4)])
+  finally:
+    iterator.close()
+
+
+def test_worker_processes_leave_ctrl_c_to_the_training_process(small):
+  # A terminal's Ctrl-C reaches the whole process group; the training process saves and stops its workers, which
+  # must not die of it on their own (with a traceback each).
+  iterator = iterate(train_batches(small, 4), 0, 1)
+  try:
+    next(iterator)
+    children = [pid for task in os.listdir("/proc/self/task")
+                for pid in open(f"/proc/self/task/{task}/children").read().split()]
+    ignored = [int(line.split()[1], 16) for pid in children for line in open(f"/proc/{pid}/status")
+               if line.startswith("SigIgn:")]
+    assert ignored and all(mask >> (signal.SIGINT - 1) & 1 for mask in ignored), (children, ignored)
   finally:
     iterator.close()
 

@@ -23,6 +23,7 @@ uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 
 import dataclasses
 import functools
+import signal
 from collections.abc import Iterator
 
 import grain
@@ -133,7 +134,13 @@ def iterate(batches, start: int, workers: int):
   # Only the images travel through shared memory: a block per small array costs more than a copy, and a worker
   # stopped between making its blocks and handing them over leaves them behind (Grain issue #398).
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
-  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
+  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=_ignore_sigint))
+
+
+def _ignore_sigint(worker_index: int, worker_count: int) -> None:
+  """A Ctrl-C in the terminal reaches the workers too: the training process alone handles it (guard.py), and it
+  stops them."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _ahead() -> grain.ReadOptions:
