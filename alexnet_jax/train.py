@@ -190,13 +190,15 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
   """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
   normalised."""
   crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
-  return normalise(setup, _towers_gather(setup, crops), batch["shift"])
+  return normalise(setup, _towers_gather(setup, crops), _towers_gather(setup, batch["shift"]))
 
 
-def _towers_gather(setup: Setup, images: jax.Array) -> jax.Array:
-  """Images spread over every device (batch_sharding), gathered over 'model' while still uint8 crops: the fewest
-  bytes that the towers, which each read the whole batch, can be sent."""
-  return jax.lax.with_sharding_constraint(images, NamedSharding(setup.mesh, P("data")))
+def _towers_gather(setup: Setup, rows: jax.Array) -> jax.Array:
+  """Per-image rows spread over every device (batch_sharding), gathered over 'model', as the towers each read the
+  whole batch: images while still uint8 crops, the fewest bytes they can be sent in; shifts, labels and masks before
+  anything combines them with what the towers computed (else XLA would gather the float images, or reduce the
+  metrics over every device)."""
+  return jax.lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P("data")))
 
 
 def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
@@ -224,16 +226,17 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   (params, NHWC images, key, train) → logits stands in for the setup's network (the benchmark's plain-XLA one)."""
   forward = forward or logits_fn(setup)
   key = jax.random.fold_in(key, state.step)
+  labels = _towers_gather(setup, batch["label"])
 
   def loss_fn(params):
     logits = forward(params, model_input(setup, batch), key, True)
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     return loss, logits
 
   (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = metrics_of(logits, batch["label"]) | dict(learning_rate=setup.schedule(state.step))
+  metrics = metrics_of(logits, labels) | dict(learning_rate=setup.schedule(state.step))
   metrics |= guard.step_health(state.step, metrics["loss"])
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
@@ -243,9 +246,10 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   crops, cut on the device; 10 crops are scored by their mean softmax (the loss is then the cross-entropy of that
   mean)."""
   forward, s = logits_fn(setup), setup.image_size
+  labels, mask = _towers_gather(setup, batch["label"]), _towers_gather(setup, batch["mask"])
   if crops == 1:
     images = eval_input(setup, batch["image"])
-    return metrics_of(forward(state.params, images, jax.random.key(0), False), batch["label"], batch["mask"])
+    return metrics_of(forward(state.params, images, jax.random.key(0), False), labels, mask)
   if crops != 10:
     raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
   n = batch["image"].shape[0]
@@ -253,7 +257,7 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   images = images.reshape(n * crops, s, s, 3)
   probs = jax.nn.softmax(forward(state.params, images, jax.random.key(0), False).astype(jnp.float32))
   probs = probs.reshape(n, crops, -1).mean(1)
-  return metrics_of(jnp.log(probs + 1e-30), batch["label"], batch["mask"])  # finite loss where a mean is 0
+  return metrics_of(jnp.log(probs + 1e-30), labels, mask)  # finite loss where a mean is 0
 
 
 def summarise(sums: dict) -> dict:

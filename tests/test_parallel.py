@@ -86,7 +86,7 @@ def test_auto_compiles_to_the_reference_program_off_cuda():
   assert " conditional(" not in texts["auto"]
 
 
-def test_collectives_only_at_conv3_and_the_fc_layers():
+def test_collectives_only_at_conv3_the_fc_layers_and_the_batch():
   setup, text = compiled_train_step(small_config())
   names = [layer.name for layer in setup.net.table.layers]
   moving = [c for c in hlo.collectives(text) if c.group_size > 1]
@@ -102,6 +102,9 @@ def test_collectives_only_at_conv3_and_the_fc_layers():
       (("fc6",), "all-gather", pool5), (("fc6",), "reduce-scatter", pool5),
       (("fc7",), "all-gather", fc6), (("fc7",), "reduce-scatter", fc6),
       (("fc8",), "all-reduce", logits),  # partial logits of each tower summed
+      # And the batch: the host sends each device its own rows (train.batch_sharding); the towers gather the
+      # others' uint8 crops, labels and colour shifts (train._towers_gather).
+      ((), "all-gather", B * 112 * 112 * 3), ((), "all-gather", B * 4), ((), "all-gather", B * 3 * 4),
   ])
   assert all(c.group_size == 2 for c in moving)
 
