@@ -1,11 +1,11 @@
 """The benchmark's plain-XLA baseline is the paper's network: same parameters, same logits and gradients as ours,
-split over two devices and on one."""
+split over two devices and on one; and the same function as ours for the one-tower tables of the era after it."""
 
 import jax
 import numpy as np
 import pytest
 
-from alexnet_jax import baseline, parallel
+from alexnet_jax import baseline, networks, parallel
 from alexnet_jax.model import Network
 from alexnet_jax.networks import alexnet
 
@@ -52,3 +52,16 @@ def test_baseline_computes_our_networks_function(model_devices):
     want = expected[path[0].key][path[1].key]
     scale = np.abs(want).max()
     np.testing.assert_allclose(g / scale, want / scale, atol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
+# LRN and 7×7/2, 5×5/2; 3×3 stacks; both end in 2×2 maps, so fc6 reads its rows in the baseline's (H, W, C) order
+@pytest.mark.parametrize("name, size", [("zfnet", 96), ("vgg11", 64)])
+def test_baseline_of_a_one_tower_table_computes_our_network(name, size):
+  table = networks.get_network(name, num_classes=10, width=1 / 16, towers=1, lrn_alpha_over_n=False)
+  net = Network(table, weight_init="he", backend="xla")
+  x = jax.random.normal(jax.random.key(1), (3, size, size, 4))
+  params = net.init(jax.random.key(0), x)["params"]
+  ours = jax.jit(net.apply)({"params": params}, x)
+  plain = baseline.sharded_apply(baseline.PlainNetwork(table), parallel.make_mesh(model=1))
+  logits = plain(baseline.from_ours(params, table, size), x.transpose(3, 1, 2, 0), jax.random.key(3), False)
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(ours), rtol=1e-4, atol=1e-4 * float(np.abs(ours).max()))
