@@ -47,15 +47,23 @@ def photo(split: str, i: int) -> tuple[np.ndarray, int]:
 
 
 def write_folder(root: str, n: int, classes: int = 10) -> None:
-  """n JPEGs in root/train/<class>/ and a few in root/validation/<class>/."""
-  for split, count in (("train", n), ("validation", classes)):
-    for i in range(count):
-      image, label = photo("train" if split == "train" else "test", i)
-      directory = os.path.join(root, split, f"class_{label}")
-      os.makedirs(directory, exist_ok=True)
-      Image.fromarray(image).save(os.path.join(directory, f"{i:05d}.jpg"), quality=90)
-  for c in range(classes):  # every class needs a training directory, even if the sample missed it
-    os.makedirs(os.path.join(root, "train", f"class_{c}"), exist_ok=True)
+  """n JPEGs in root/train/<class>/ (and one more of each class that the n missed: a class folder may not be
+  empty) and a few in root/validation/<class>/."""
+  seen, i = set(), 0
+  while i < n or len(seen) < classes:
+    image, label = photo("train", i)
+    if i < n or label not in seen:
+      _save(image, os.path.join(root, "train", f"class_{label}"), i)
+      seen.add(label)
+    i += 1
+  for i in range(classes):
+    image, label = photo("test", i)
+    _save(image, os.path.join(root, "validation", f"class_{label}"), i)
+
+
+def _save(image: np.ndarray, directory: str, i: int) -> None:
+  os.makedirs(directory, exist_ok=True)
+  Image.fromarray(image).save(os.path.join(directory, f"{i:05d}.jpg"), quality=90)
 
 
 class MemoryStore:
