@@ -23,6 +23,10 @@ def paper_config() -> ml_collections.ConfigDict:
   c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
   c.kernel_backend = "auto"
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
+  # Where each layer's work lies on the mesh (networks.with_strategy): 'tower' (the paper: towers over mesh.model),
+  # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
+  # mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
+  c.strategy = "tower"
   c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
   # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
   # (data_dir/<split>/<class>/*.jpg), 'store' (the S×S JPEG store `make prepare … --store=data_dir` wrote) or
@@ -102,8 +106,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       raise ValueError(f"config.{key} must be a positive integer, got {config[key]!r}")
   if config.width <= 0 or config.learning_rate <= 0 or config.num_epochs <= 0:
     raise ValueError("config.width, config.learning_rate and config.num_epochs must be positive")
+  _choices(config, "strategy", (*networks.STRATEGIES, "table"))
   data, model = config.mesh.data, config.mesh.model
-  if config.towers % model:
+  if config.strategy == "tower" and config.towers % model:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")

@@ -27,7 +27,7 @@ from alexnet_jax.data.feed import Feed
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
-from alexnet_jax.networks import get_network
+from alexnet_jax.networks import get_network, with_strategy
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -56,6 +56,8 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
                       lrn_alpha_over_n=config.lrn_alpha_over_n)
   if table.towers != config.towers:
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
+  if config.strategy != "table":
+    table = with_strategy(table, config.strategy)
   net = Network(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init, backend=config.kernel_backend)
   mesh = parallel.make_mesh(config.mesh.model, config.mesh.data)
   if config.batch_size % mesh.size or config.eval_batch_size % mesh.size:
@@ -194,9 +196,11 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
 
 
 def _towers_gather(setup: Setup, images: jax.Array) -> jax.Array:
-  """Images spread over every device (batch_sharding), gathered over 'model' while still uint8 crops: the fewest
-  bytes that the towers, which each read the whole batch, can be sent."""
-  return jax.lax.with_sharding_constraint(images, NamedSharding(setup.mesh, P("data")))
+  """Images spread over every device (batch_sharding), gathered over 'model' while still uint8 crops where the first
+  layer's towers each read the whole batch: the fewest bytes they can be sent. A first layer placed 'data' reads
+  its own rows, and nothing moves."""
+  axes = parallel.batch_axes(setup.net)
+  return jax.lax.with_sharding_constraint(images, NamedSharding(setup.mesh, P(axes)))
 
 
 def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
