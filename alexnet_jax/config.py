@@ -27,7 +27,11 @@ def paper_config() -> ml_collections.ConfigDict:
   # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
   # mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
   c.strategy = "tower"
-  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
+  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs"), over all processes of a run
+  # Several processes (distributed.py, README Multi-host): process 0's host:port, the number of processes and this
+  # one's id (unset: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), or detect=True under Slurm, Open
+  # MPI or on Cloud TPU.
+  c.distributed = ml_collections.ConfigDict(dict(coordinator="", num_processes=0, process_id=-1, detect=False))
   # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
   # (data_dir/<split>/<class>/*.jpg), 'store' (the S×S JPEG store `make prepare … --store=data_dir` wrote) or
   # 'procedural'. Zeros mean "what the data has".

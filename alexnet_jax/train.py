@@ -17,10 +17,11 @@ import ml_collections
 import numpy as np
 import optax
 import tqdm
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import checkpoints, parallel, pictures
+from alexnet_jax import checkpoints, distributed, parallel, pictures
 from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import Feed
@@ -152,6 +153,18 @@ def batch_sharding(mesh, ndim: int) -> NamedSharding:
   return NamedSharding(mesh, P(("data", "model"), *(None,) * (ndim - 1)))
 
 
+def process_rows(mesh, n: int) -> slice:
+  """The rows of an n-row batch that this process's devices hold under batch_sharding: the share it reads. One
+  process holds them all; under several, each its devices' block, whatever the mesh, so that the global batch is
+  the one a single process would read."""
+  held = batch_sharding(mesh, 1).addressable_devices_indices_map((n,)).values()
+  blocks = sorted({(s.start or 0, n if s.stop is None else s.stop) for s, in held})
+  if not blocks or any(a[1] != b[0] for a, b in zip(blocks, blocks[1:])):
+    raise ValueError(f"process {jax.process_index()}'s devices hold rows {blocks} of the batch, not one consecutive "
+                     "block: order the mesh's devices by process")
+  return slice(blocks[0][0], blocks[-1][1])
+
+
 def put_batch(mesh, batch: dict) -> dict:
   """Places this process's share of a batch on the mesh, its rows spread over the devices (batch_sharding)."""
   return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(v)), v) for k, v in batch.items()}
@@ -165,7 +178,8 @@ def device_put_fn(config, setup: Setup, dataset):
       check_batch(batch, dataset.size, setup.image_size)
       return put_batch(setup.mesh, batch), 0
     return put
-  share = config.batch_size // jax.process_count()
+  rows = process_rows(setup.mesh, config.batch_size)
+  share = rows.stop - rows.start
   decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train,
                                    config.dataset.threads)
 
@@ -268,7 +282,7 @@ def summarise(sums: dict) -> dict:
 def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
   """Metrics over the evaluation split; p_eval_step is eval_step jitted with `crops` static."""
   total = None
-  for batch in eval_batches(dataset, config.eval_batch_size):
+  for batch in eval_batches(dataset, config.eval_batch_size, process_rows(mesh, config.eval_batch_size)):
     m = p_eval_step(state, put_batch(mesh, batch), crops=crops)
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   total = jax.device_get(total)
@@ -306,8 +320,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   start = int(state.step)
   if position is not None:
     check_position(position, data_position(config, dataset, start))
-  writer = MetricWriter(workdir, resume_step=start)
-  if start == 0:
+  writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
+  if writer and start == 0:
     writer.write_config(config)
   p_train_step = jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
@@ -315,10 +329,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
 
-  batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
+  batches = train_batches(dataset, config.batch_size, rows=process_rows(setup.mesh, config.batch_size))
   batches_on_device = Feed(iterate(batches, start, input_workers(config)), device_put_fn(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
-  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
+  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
+                  disable=not distributed.is_writer())
   for step in range(start, setup.total_steps):
     batch, skipped_here = next(batches_on_device)
     skipped += skipped_here
@@ -331,7 +346,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       train = summarise(jax.device_get(sums))
       train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
                     skipped_images=skipped)
-      writer.write("train", done, train)
+      if writer:
+        writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
       sums, t0, logged = None, time.time(), done
     evaluating = done % config.eval_every_steps == 0 or done == setup.total_steps
@@ -341,7 +357,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       pause = time.time()
     if evaluating:
       eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
-      writer.write("eval", done, eval_metrics)
+      if writer:
+        writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
     if saving:
@@ -352,11 +369,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   bar.close()
   batches_on_device.close()  # stops its thread and the worker processes, if any
   manager.wait_until_finished()
-  writer.close()
+  if writer:
+    writer.close()
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
   colour = write_pictures(workdir, setup, state)
-  print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
+  if colour:
+    print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
 
 
@@ -385,6 +404,8 @@ def check_position(saved: dict, now: dict) -> None:
 
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
-  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir."""
+  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir, by process 0 (every
+  process takes part in gathering the filters from the devices that hold them); {} elsewhere."""
   first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
-  return pictures.write_all(workdir, np.asarray(state.params[first]["kernel"]))
+  kernel = multihost_utils.process_allgather(state.params[first]["kernel"], tiled=True)
+  return pictures.write_all(workdir, kernel) if distributed.is_writer() else {}
