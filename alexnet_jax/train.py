@@ -206,7 +206,8 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
   """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
   normalised."""
   crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
-  return normalise(setup, _towers_gather(setup, crops), batch["shift"])
+  # The shifts go with the crops: left split, they would have XLA normalise split rows and gather float32 images.
+  return normalise(setup, _towers_gather(setup, crops), _towers_gather(setup, batch["shift"]))
 
 
 def _towers_gather(setup: Setup, images: jax.Array) -> jax.Array:
