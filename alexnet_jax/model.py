@@ -165,10 +165,7 @@ class Network(nn.Module):
     x = _flat(self._whole(x, where))
     out = layer.filters // self.table.towers
     if self._spread(layer, "model"):
-      k = self._slices()
-      if out % k:
-        raise ValueError(f"layer {layer.name}: {out} outputs per tower do not split over {k} devices of 'model'")
-      kernel, bias = self._weights(layer, (self.table.towers, x.shape[0], out // k))
+      kernel, bias = self._weights(layer, (self.table.towers, x.shape[0], out // self._slices()))
       where = "slices"
     else:
       kernel, bias = self._weights(layer, (self._local_towers(layer), x.shape[0], out))
@@ -184,9 +181,7 @@ class Network(nn.Module):
     if (towers or model) and where == "local":
       x = self._own(_flat(x), per_tower=model)
     x = _flat(x)
-    parts = self.table.towers if model else self._local_towers(layer)
-    if model and x.shape[0] % parts:
-      raise ValueError(f"layer {layer.name}: its input rows do not split over {self._slices()} devices of 'model'")
+    parts = self.table.towers if model else self._local_towers(layer)  # parallel.sharded_apply checks the split
     c_in = x.shape[0] // parts
     kernel, bias = self._weights(layer, (parts, c_in, layer.filters))
     # Partial logits are summed across towers in float32: bf16 would round each tower's share first.

@@ -67,6 +67,17 @@ def shard_params(mesh, net: Network, params):
   return jax.device_put(params, param_shardings(mesh, net, params))
 
 
+def _check_split(params, specs, mesh) -> None:
+  """One line for a weight that its layer's place cannot split over the mesh (e.g. 10 classes over 4 devices)."""
+  leaves = jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P))
+  for (path, x), spec in zip(jax.tree_util.tree_leaves_with_path(params), leaves):
+    for size, axis in zip(x.shape, spec):
+      if axis and size % mesh.shape[axis]:
+        layer, leaf = (k.key for k in path[-2:])
+        raise ValueError(f"layer {layer}: its {leaf} {tuple(x.shape)} does not split over the {mesh.shape[axis]} "
+                         f"devices of '{axis}'")
+
+
 def sharded_apply(net: Network, mesh):
   """Returns apply(params, images_chwn, dropout_key, train) → logits (N, classes), batch split over 'data'.
 
@@ -93,6 +104,7 @@ def sharded_apply(net: Network, mesh):
       if not manual:
         return apply(params, images, key, train)
       specs = param_specs(net, params, local_net.tower_axis)
+      _check_split(params, specs, mesh)
       fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
                          in_specs=(specs, P(None, None, None, batch_in), P()), out_specs=P(batch_out, None))
       return fn(params, images, key)

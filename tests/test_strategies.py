@@ -111,5 +111,5 @@ def test_bad_placements_are_refused_in_one_line():
                        Layer("fc", "fc", filters=9, relu=False, place="model")), 1))
   x = jnp.zeros((3, 9, 9, 4))
   params = net.init(jax.random.key(0), x)["params"]
-  with pytest.raises(ValueError, match="fc: 9 outputs per tower do not split over 2 devices of 'model'"):
+  with pytest.raises(ValueError, match=r"^layer fc: its bias \(1, 9\) does not split over the 2 devices of 'model'$"):
     parallel.sharded_apply(net, parallel.make_mesh(model=2))(params, x, jax.random.key(0))
