@@ -1,8 +1,8 @@
 """Lists what each strategy's train step moves between devices, per layer, from the compiled HLO beside what the
 layer table implies (alexnet_jax/comm.py):
 
-  python scripts/comm_report.py --config configs/alexnet_2gpu.py [--config.key=value …] [--strategies tower,data,hybrid]
-      [--batches 128,1024] [--json OUT.json]
+  python scripts/comm_report.py --config configs/alexnet_2gpu.py [--config.key=value …]
+      [--strategies tower,data,hybrid] [--batches 128,1024] [--json OUT.json]
 
 The step is compiled, not run, for the config's mesh (on a CPU host add --config.cpu_devices=N to simulate N
 devices). Per collective: its kind, the layer it belongs to (a combined gradient all-reduce split by the layers it
@@ -45,8 +45,8 @@ def records(config, strategy: str, batch: int) -> list[dict]:
   state = train.train_state_init(setup, c).eval_shape(jax.random.key(0))
   size = c.dataset.resize if c.dataset.name != "procedural" else c.image_size
   example = train.random_batch(1, c.image_size, classes, size=size)
-  batch_shapes = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype, sharding=train.batch_sharding(setup.mesh, v.ndim))
-                  for k, v in example.items()}
+  batch_shapes = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype,
+                                          sharding=train.batch_sharding(setup.mesh, v.ndim)) for k, v in example.items()}
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   text = step.lower(state, batch_shapes, jax.random.key(0)).compile().as_text()
   mesh = dict(setup.mesh.shape)

@@ -13,9 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_report_matches_the_layer_table_for_every_strategy(tmp_path):
   out = tmp_path / "report.json"
-  run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py", "--config.width=0.0625",
-                        "--config.image_size=64", "--batches=8", f"--json={out}"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+  run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py",
+                        "--config.width=0.0625", "--config.image_size=64", "--batches=8", f"--json={out}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stderr[-2000:]
   records = json.loads(out.read_text())
   by = {s: [r for r in records if r["strategy"] == s] for s in ("tower", "data", "hybrid")}
