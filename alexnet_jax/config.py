@@ -25,7 +25,15 @@ def paper_config() -> ml_collections.ConfigDict:
   c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
   c.kernel_backend = "auto"
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
-  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs")
+  # Where each layer's work lies on the mesh (networks.with_strategy): 'tower' (the paper: towers over mesh.model),
+  # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
+  # mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
+  c.strategy = "tower"
+  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs"), over all processes of a run
+  # Several processes (distributed.py, README Multi-host): process 0's host:port, the number of processes and this
+  # one's id (unset: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), or detect=True under Slurm, Open
+  # MPI or on Cloud TPU.
+  c.distributed = ml_collections.ConfigDict(dict(coordinator="", num_processes=0, process_id=-1, detect=False))
   # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
   # (data_dir/<split>/<class>/*.jpg), 'store' (the S×S JPEG store `make prepare … --store=data_dir` wrote) or
   # 'procedural'. Zeros mean "what the data has".
@@ -128,8 +136,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   drops = config.lr_drop_epochs
   if not isinstance(drops, tuple | list) or not all(_is_number(e, False) and e >= 0 for e in drops):
     raise ValueError(f"config.lr_drop_epochs must be a tuple of epochs (finite numbers ≥ 0), got {drops!r}")
+  _choices(config, "strategy", (*networks.STRATEGIES, "table"))
   data, model = config.mesh.data, config.mesh.model
-  if config.towers % model:
+  if config.strategy == "tower" and config.towers % model:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")

@@ -17,6 +17,8 @@ class Collective:
   group_size: int  # devices taking part in each group
   bytes: int  # the whole tensor: gathered result, scattered input, or reduced operand
   text: str = dataclasses.field(default="", compare=False, repr=False)  # the HLO line, cut to 300 characters
+  # (op_name path, bytes) of each op that XLA combined into this one, in operand order; one part if not combined
+  parts: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
 
   def layers(self, names) -> tuple[str, ...]:
     """Those of `names` that appear as scopes in the op's path, in their order in `names`: one layer for a
@@ -24,6 +26,23 @@ class Collective:
     (data parallelism's), whose path lists the combined ops' paths as "(a:b:…)"."""
     parts = set(re.split(r"[/():]", self.scope))
     return tuple(n for n in names if n in parts)
+
+  def by_layer(self, names, other: str = "input+loss") -> dict[str, int]:
+    """Bytes per layer of `names`: a combined all-reduce split by the ops it combines (each operand's bytes to the
+    layer on its path), a layer's own collective whole; ops of no layer (the loss, metrics) under `other`."""
+    out = {}
+    for path, size in self.parts or ((self.scope, self.bytes),):
+      found = set(re.split(r"[/():]", path))
+      layer = next((n for n in names if n in found), other)
+      out[layer] = out.get(layer, 0) + size
+    return out
+
+
+def _parts(scope: str, sizes: list[int]) -> tuple[tuple[str, int], ...]:
+  """A combined op's path is 'prefix/(path:path:…)', one path per operand."""
+  start = scope.find("/(")
+  paths = scope[start + 2:-1].split(":") if start >= 0 and scope.endswith(")") else []
+  return tuple(zip(paths, sizes)) if len(paths) == len(sizes) > 1 else ()
 
 
 def _group_size(line: str) -> int:
@@ -54,5 +73,7 @@ def collectives(hlo_text: str) -> list[Collective]:
     else:
       size = sum(sizes) * (group if kind == "reduce-scatter" else 1)
     scope = re.search(r'op_name="([^"]*)"', line)
-    found.append(Collective(kind, scope.group(1) if scope else "", group, size, line.strip()[:300]))
+    scope = scope.group(1) if scope else ""
+    parts = _parts(scope, sizes) if kind == "all-reduce" and "-start(" not in line else ()
+    found.append(Collective(kind, scope, group, size, line.strip()[:300], parts))
   return found

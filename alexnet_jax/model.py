@@ -7,7 +7,10 @@ runs them as grouped convolutions. Both run the same code on the same parameters
 
 Activations are batch-last: CHWN in the conv stack, (features, N) after it; a tower-split activation holds the
 local towers' channels one block after another. Cross-device traffic happens only where a layer has
-`inputs='all'` (all-gather of every tower's maps) or `split='sum'` (all-reduce of partial outputs).
+`inputs='all'` (all-gather of every tower's maps) or `split='sum'` (all-reduce of partial outputs), and where the
+table's placement changes (the batch gathered where 'data' layers end, 'model' slices gathered for the next fc).
+Under 'model' placement an fc kernel keeps its global shape and is split on its output axis (split='sum': its
+input rows), so parameters are the same arrays whatever the strategy.
 """
 
 import functools
@@ -49,112 +52,191 @@ class TowerWeights(nn.Module):
 
 
 class Network(nn.Module):
-  """Applies a layer table to CHWN images (3, H, W, N) and returns logits (N, classes) in float32."""
+  """Applies a layer table to CHWN images (3, H, W, N) and returns logits (N, classes) in float32.
+
+  Each layer runs where its `place` says (networks.py) when `tower_axis` names a manual mesh axis: 'tower' layers
+  hold their own towers, 'data' layers every weight and a slice of the batch over that axis too, 'model' fc layers
+  a slice of every tower's outputs (or of its input rows, split='sum'). Between layers the activation is moved to
+  where the next one reads it, which is where the collectives come from.
+  """
 
   table: Table
-  tower_axis: str | None = None  # mesh axis the towers are spread over; None: all towers on this device
+  # mesh axis of the towers, fc slices and the second batch split of 'data' layers; None: every tower on this device
+  tower_axis: str | None = None
+  batch_axis: str | None = None  # mesh (or pmap) axis the batch is split over in every layer; None: not split
   dtype: Any = jnp.float32  # compute dtype; parameters stay float32
   # 'paper': N(0, 0.01) and the table's biases; 'he': N(0, 2/fan_in) and zero biases, which trains small nets faster
   weight_init: str = "paper"
   backend: str = "auto"
 
-  def _local_towers(self) -> int:
-    return self.table.towers // lax.axis_size(self.tower_axis) if self.tower_axis else self.table.towers
+  def _slices(self) -> int:
+    """Devices on the tower axis (1 without one)."""
+    return lax.axis_size(self.tower_axis) if self.tower_axis else 1
 
-  def _gather(self, x, to="varying"):
-    """Every tower's maps, tower by tower: the all-gather that makes a layer read across devices."""
+  def _local_towers(self, layer: Layer) -> int:
+    """The towers whose weights this device holds whole."""
+    return self.table.towers // self._slices() if layer.place == "tower" else self.table.towers
+
+  def _gather(self, x, axis=0, to="varying"):
+    """Every device's part of x along `axis` over the tower axis, in device order."""
     if not self.tower_axis:
       return x
     if x.dtype == jnp.bfloat16 and to == "varying":
-      return _gather_bf16(x, self.tower_axis)
-    return lax.all_gather(x, self.tower_axis, axis=0, tiled=True, to=to)
+      return _gather_bf16(x, self.tower_axis, axis)
+    return lax.all_gather(x, self.tower_axis, axis=axis, tiled=True, to=to)
+
+  def _whole(self, x, where: str, to="varying"):
+    """Every tower's maps, tower by tower, from where x lies ('local', 'towers' or 'slices'): the all-gather that
+    makes a layer read across devices."""
+    if where == "local":
+      return x
+    x = self._gather(x, to=to)
+    if where == "slices":  # device-major slices of each tower → tower-major
+      t, k = self.table.towers, self._slices()
+      x = jnp.swapaxes(x.reshape(k, t, -1, *x.shape[1:]), 0, 1).reshape(x.shape)
+    return x
+
+  def _own(self, x, per_tower: bool):
+    """This device's part of local tower-blocked x: its towers' blocks (per_tower False) or its slice of each
+    tower's block (True). No traffic."""
+    t, k, i = self.table.towers, self._slices(), lax.axis_index(self.tower_axis)
+    blocks = x.reshape(t, -1, *x.shape[1:])
+    if per_tower:
+      part = blocks.shape[1] // k
+      return lax.dynamic_slice_in_dim(blocks, i * part, part, axis=1).reshape(-1, *x.shape[1:])
+    return lax.dynamic_slice_in_dim(blocks, i * (t // k), t // k, axis=0).reshape(-1, *x.shape[1:])
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
-    local = self._local_towers()
     activations = {}
     x = x.astype(self.dtype)
     in_blocks = self.table.tower_blocks()  # does x hold one block of maps per tower, layer by layer?
+    # Where x's features lie: 'local' (every tower's, whole), 'towers' (this device's towers' blocks) or 'slices'
+    # (this device's slice of every tower's outputs); and whether the batch is split over the tower axis too.
+    where, split_batch = "local", bool(self.tower_axis) and self.table.layers[0].place == "data"
     for layer, blocks in zip(self.table.layers, in_blocks):
-      groups = local if blocks else 1  # an op on tower blocks treats each block on its own
       with jax.named_scope(layer.name):
+        if split_batch and layer.place != "data":  # 'data' layers end: every device needs its data shard's batch
+          x, split_batch = self._gather(x, axis=x.ndim - 1), False
         if layer.kind == "conv":
-          x = self._conv(layer, x, blocks, local)
+          x, where = self._conv(layer, x, blocks, where)
         elif layer.kind == "fc" and layer.split == "sum":
-          x = self._fc_sum(layer, x, local)
+          x, where = self._fc_sum(layer, x, where)
         elif layer.kind == "fc":
-          x = self._fc(layer, x, blocks, local)
+          x, where = self._fc(layer, x, blocks, where)
         elif layer.kind == "lrn":
+          groups = (self._local_towers(layer) if where == "towers" else self.table.towers) if blocks else 1
           x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
                       alpha_over_n=layer.alpha_over_n, groups=groups, backend=self.backend)
         elif layer.kind == "pool":
           x = ops.max_pool(x, size=layer.size, stride=layer.stride, backend=self.backend)
         elif layer.kind == "dropout" and train:
-          x = self._dropout(x, layer.rate, groups)
+          x = self._dropout(x, layer.rate, blocks, where, split_batch)
       activations[layer.name] = x
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
-    if in_blocks[-1]:  # the last layer split its outputs over towers: every device needs all logits
-      x = self._gather(x, to="invarying")
+    x = self._whole(x, where, to="invarying")  # the last layer split its outputs: every device needs all logits
     return x.astype(jnp.float32).T
 
   def _weights(self, layer: Layer, kernel_shape: tuple[int, ...]):
     return TowerWeights(layer, kernel_shape, self.weight_init, name=layer.name)()
 
-  def _conv(self, layer: Layer, x, blocks: bool, local: int):
+  def _spread(self, layer: Layer, place: str) -> bool:
+    return bool(self.tower_axis) and layer.place == place
+
+  def _conv(self, layer: Layer, x, blocks: bool, where: str):
     """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
     its own block."""
+    towers_here = self._spread(layer, "tower")
     if blocks and layer.inputs == "all":
-      x, blocks = self._gather(x), False
+      x, blocks = self._whole(x, where), False
+    elif blocks and towers_here and where == "local":  # after 'data' layers: read this device's towers' maps
+      x = self._own(x, per_tower=False)
+    local = self._local_towers(layer)
     groups = local if blocks else 1
     out = layer.filters // self.table.towers
     kernel, bias = self._weights(layer, (local, x.shape[0] // groups, layer.size, layer.size, out))
-    return ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=groups,
-                      relu=layer.relu, backend=self.backend)
+    y = ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=groups,
+                   relu=layer.relu, backend=self.backend)
+    return y, "towers" if towers_here else "local"
 
-  def _fc(self, layer: Layer, x, blocks: bool, local: int):
-    """Every tower reads the same inputs (the table refuses an fc with split='out' on its own tower's block)."""
-    if blocks:
-      x = self._gather(x)
-    x = _flat(x)
-    kernel, bias = self._weights(layer, (local, x.shape[0], layer.filters // self.table.towers))
-    return ops.dense(x, _side_by_side(kernel), bias, relu=layer.relu, backend=self.backend)
+  def _fc(self, layer: Layer, x, blocks: bool, where: str):
+    """Every tower reads the same inputs (the table refuses an fc with split='out' on its own tower's block); a
+    'model' layer computes this device's slice of every tower's outputs."""
+    x = _flat(self._whole(x, where))
+    out = layer.filters // self.table.towers
+    if self._spread(layer, "model"):
+      kernel, bias = self._weights(layer, (self.table.towers, x.shape[0], out // self._slices()))
+      where = "slices"
+    else:
+      kernel, bias = self._weights(layer, (self._local_towers(layer), x.shape[0], out))
+      where = "towers" if self._spread(layer, "tower") else "local"
+    return ops.dense(x, _side_by_side(kernel), bias, relu=layer.relu, backend=self.backend), where
 
-  def _fc_sum(self, layer: Layer, x, local: int):
-    """Each tower multiplies its own block by its own rows; the partial outputs are summed across towers."""
+  def _fc_sum(self, layer: Layer, x, where: str):
+    """Each tower multiplies its own block by its own rows (a 'model' layer: this device's slice of every tower's
+    block by those rows); the partial outputs are summed across devices."""
+    towers, model = self._spread(layer, "tower"), self._spread(layer, "model")
+    if (towers and where == "slices") or (model and where == "towers"):
+      x, where = self._whole(x, where), "local"
+    if (towers or model) and where == "local":
+      x = self._own(_flat(x), per_tower=model)
     x = _flat(x)
-    c_in = x.shape[0] // local
-    kernel, bias = self._weights(layer, (local, c_in, layer.filters))
+    parts = self.table.towers if model else self._local_towers(layer)  # parallel.sharded_apply checks the split
+    c_in = x.shape[0] // parts
+    kernel, bias = self._weights(layer, (parts, c_in, layer.filters))
     # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
-    y = ops.dense(x.astype(jnp.float32), kernel.reshape(local * c_in, layer.filters), backend=self.backend)
-    if self.tower_axis:
+    y = ops.dense(x.astype(jnp.float32), kernel.reshape(parts * c_in, layer.filters), backend=self.backend)
+    if towers or model:
       y = lax.psum(y, self.tower_axis)
     y = y + bias.astype(y.dtype)[:, None]
-    return jax.nn.relu(y) if layer.relu else y
+    return (jax.nn.relu(y) if layer.relu else y), "local"
 
-  def _dropout(self, x, rate: float, local: int):
-    """One mask per tower, keyed by the global tower index, so split and local towers drop the same units."""
+  def _dropout(self, x, rate: float, blocks: bool, where: str, split_batch: bool):
+    """One mask per tower over its units and the global batch, keyed by the global tower index, of which each
+    device applies its units and rows: every placement drops the same units of the same examples."""
+    if rate == 0.0:
+      return x
     key = self.make_rng("dropout")
-    first = lax.axis_index(self.tower_axis) * local if self.tower_axis else 0
-    blocks = x.reshape(local, -1, *x.shape[1:])
-    keys = jax.vmap(lambda t: jax.random.fold_in(key, first + t))(jnp.arange(local))
-    return jax.vmap(lambda b, k: ops.dropout(b, rate, k))(blocks, keys).reshape(x.shape)
+    k = self._slices()
+    towers = (self.table.towers // k if where == "towers" else self.table.towers) if blocks else 1
+    first = lax.axis_index(self.tower_axis) * towers if where == "towers" else 0
+    units = x.shape[0] // towers
+    unit0 = lax.axis_index(self.tower_axis) * units if where == "slices" else 0
+    row0, rows = self._rows(x.shape[-1], split_batch)
+    full = (units * (k if where == "slices" else 1), *x.shape[1:-1], rows)
+
+    def drop(block, t):
+      keep = jax.random.bernoulli(jax.random.fold_in(key, first + t), 1.0 - rate, full)
+      keep = lax.dynamic_slice(keep, (unit0, *(0,) * (x.ndim - 2), row0), block.shape)
+      return jnp.where(keep, block / (1.0 - rate), jnp.zeros_like(block))
+
+    blocks_ = x.reshape(towers, units, *x.shape[1:])
+    return jax.vmap(drop)(blocks_, jnp.arange(towers)).reshape(x.shape)
+
+  def _rows(self, n: int, split_batch: bool):
+    """(first row, rows) of the global batch: where this device's n examples lie in it."""
+    index, count = 0, 1
+    for axis in (self.batch_axis, self.tower_axis if split_batch else None):
+      if axis:
+        index, count = index * lax.axis_size(axis) + lax.axis_index(axis), count * lax.axis_size(axis)
+    return index * n, count * n
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _gather_bf16(x, axis: str):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _gather_bf16(x, axis_name: str, axis: int):
   """A bfloat16 all-gather whose gradient, the reduce-scatter, runs in float32 on CPU: XLA:CPU (jaxlib 0.11.2)
   aborts compiling a bf16 reduce-scatter. Chosen per lowering platform, so that a program exported for GPU or TPU
   from a CPU host keeps bf16. (Around the whole gather, platform_dependent leaves a conditional in the compiled
   backward pass: its transposed branch index is a forward residual, which XLA does not fold away.)"""
-  return lax.all_gather(x, axis, axis=0, tiled=True, to="varying")
+  return lax.all_gather(x, axis_name, axis=axis, tiled=True, to="varying")
 
 
-def _gather_bf16_fwd(x, axis):
-  return _gather_bf16(x, axis), None
+def _gather_bf16_fwd(x, axis_name, axis):
+  return _gather_bf16(x, axis_name, axis), None
 
 
-def _gather_bf16_bwd(axis, _, cotangent):
-  scatter = lambda c: lax.psum_scatter(c, axis, scatter_dimension=0, tiled=True)  # noqa: E731
+def _gather_bf16_bwd(axis_name, axis, _, cotangent):
+  scatter = lambda c: lax.psum_scatter(c, axis_name, scatter_dimension=axis, tiled=True)  # noqa: E731
   return (lax.platform_dependent(cotangent, cpu=lambda c: scatter(c.astype(jnp.float32)).astype(c.dtype),
                                  default=scatter),)
 

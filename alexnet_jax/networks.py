@@ -8,6 +8,14 @@ rows of the weight matrix, and the partial outputs are summed across towers (one
 layer carries its constants as cuda-convnet2's `[rnorm]` section does: window `size`, `k`, `alpha`, `beta`, and
 whether α is divided by the window size.
 
+Each layer also says where its work lies on a (data, model) mesh (`place`, in the spirit of cuda-convnet2's
+per-layer cfg): 'tower' spreads its towers over 'model' and the batch over 'data' (the paper); 'data' keeps every
+weight whole on every device and splits the batch over all of them (data parallelism); 'model' (fc layers and their
+dropout) splits each weight matrix over 'model' by output features, or by input rows for a split='sum' layer, and
+the batch over 'data' (the fc half of Krizhevsky's "one weird trick", 2014). 'data' layers come first: where the
+first other layer starts, the batch is gathered over 'model'. `with_strategy` places a whole table by a named
+strategy: tower, data, or hybrid (convolutions 'data', fc layers 'model').
+
 A new network is a new table: a builder registered under a name with `@register("name")`, here or in the config file
 that sets `config.network` to that name. Here are the paper's AlexNet and what came after it on the same layers:
 ZFNet, VGG-11 and VGG-16, one tower each, as their authors trained them.
@@ -18,6 +26,8 @@ from collections.abc import Callable
 
 KINDS = ("conv", "lrn", "pool", "fc", "dropout")
 WEIGHTED = ("conv", "fc")
+PLACES = ("tower", "data", "model")
+STRATEGIES = ("tower", "data", "hybrid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Layer:
   alpha: float = 0.0
   beta: float = 0.0
   alpha_over_n: bool = False
+  place: str = "tower"  # one of PLACES: how the layer's work is spread over the mesh
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -48,6 +59,10 @@ class Layer:
       raise ValueError(f"layer {self.name}: split='sum' is for fc layers that read their own tower")
     if self.kind == "lrn" and (self.size < 1 or self.k <= 0 or self.beta <= 0):
       raise ValueError(f"layer {self.name}: an LRN layer needs size ≥ 1, k > 0 and beta > 0")
+    if self.place not in PLACES:
+      raise ValueError(f"layer {self.name}: unknown place {self.place!r}; choose one of {', '.join(PLACES)}")
+    if self.place == "model" and self.kind not in ("fc", "dropout"):
+      raise ValueError(f"layer {self.name}: place='model' is for fc layers and their dropout")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +90,14 @@ class Table:
       # One tower's maps are all the maps: a one-tower table's fc layers read them with the default inputs.
       if self.towers > 1 and layer.kind == "fc" and in_blocks and layer.inputs == "tower" and layer.split == "out":
         raise ValueError(f"layer {layer.name}: an fc layer reading its own tower needs split='sum'")
+    places = [layer.place for layer in self.layers]
+    for before, layer in zip(self.layers, self.layers[1:]):
+      if layer.kind not in WEIGHTED and layer.place != before.place:
+        raise ValueError(f"layer {layer.name}: a layer without weights works where its input lies: place it "
+                         f"{before.place!r} like {before.name}")
+    if "data" in places and any(p != "data" for p in places[:len(places) - places[::-1].index("data")]):
+      raise ValueError("place='data' layers must come first: the batch is gathered over 'model' once, where the "
+                       "first layer of another place starts")
 
   def tower_blocks(self) -> tuple[bool, ...]:
     """For each layer, whether its input holds one block of maps per tower, then the same of the network's output.
@@ -89,6 +112,22 @@ class Table:
 
   def weighted(self) -> tuple[Layer, ...]:
     return tuple(layer for layer in self.layers if layer.kind in WEIGHTED)
+
+  def placed(self, place: str) -> bool:
+    """Whether any layer is placed `place`."""
+    return any(layer.place == place for layer in self.layers)
+
+
+def with_strategy(table: Table, strategy: str) -> Table:
+  """The table with every layer placed by a named strategy: 'tower' (the paper: towers over 'model'), 'data' (every
+  weight on every device, the batch over all of them) or 'hybrid' (Krizhevsky 2014: the layers before the first fc
+  layer 'data', the fc layers and their dropout 'model')."""
+  if strategy not in STRATEGIES:
+    raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+  first_fc = [layer.kind for layer in table.layers].index("fc")
+  place = {"tower": lambda i: "tower", "data": lambda i: "data",
+           "hybrid": lambda i: "data" if i < first_fc else "model"}[strategy]
+  return Table(tuple(dataclasses.replace(layer, place=place(i)) for i, layer in enumerate(table.layers)), table.towers)
 
 
 _BUILDERS: dict[str, Callable[..., Table]] = {}

@@ -4,9 +4,12 @@ A system is `IMPL:LAYOUT`. IMPL is one of our kernel backends (`triton`, `xla`, 
 network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss,
 input and SGD-momentum update. LAYOUT places it on the devices, whatever the config's mesh says:
 
-  split  the paper's towers, one per device (mesh model=towers, data=1)
-  dp     data parallelism: every tower on every device, the batch split over all devices (model=1, data=all)
-  one    every tower on one device (model=1, data=1)
+  split   the paper's towers, one per device (strategy tower, mesh model=towers, data=1)
+  dp      data parallelism: every tower on every device, the batch split over all devices (model=1, data=all)
+  hybrid  Krizhevsky 2014: convolutions data-parallel over every device, fc layers split over them (strategy
+          hybrid, model=all, data=1; ours only)
+  pmap    dp written with jax.pmap and lax.pmean (pmap_data.py; ours only)
+  one     every tower on one device (model=1, data=1)
 
 Steps run on random stored-size images with crop offsets and flips, as training sends them (the device cuts the
 crops), and one dropout key folded with the step inside it.
@@ -19,13 +22,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-from alexnet_jax import baseline, ops, train
+from alexnet_jax import baseline, ops, pmap_data, train
 from alexnet_jax.config import validate
 from alexnet_jax.layer_shapes import traced_shapes
 from alexnet_jax.networks import Table
 
 IMPLS = ("plain", *ops.BACKENDS)
-LAYOUTS = ("split", "dp", "one")
+LAYOUTS = ("split", "dp", "hybrid", "pmap", "one")
 IMAGENET_TRAIN = 1_281_167  # synthetic batches stand in for ImageNet unless the config names its sizes
 
 
@@ -51,7 +54,11 @@ def configured(system: System, config, devices: int):
   c = config.copy_and_resolve_references()
   if system.impl != "plain":
     c.kernel_backend = system.impl
-  c.mesh.model, c.mesh.data = {"split": (c.towers, 1), "dp": (1, devices), "one": (1, 1)}[system.layout]
+  elif system.layout in ("hybrid", "pmap"):
+    raise ValueError(f"system {system}: the plain network has no {system.layout} layout; time ours with it")
+  c.strategy = {"split": "tower", "hybrid": "hybrid"}.get(system.layout, "data")
+  c.mesh.model, c.mesh.data = {"split": (c.towers, 1), "dp": (1, devices), "hybrid": (devices, 1),
+                               "pmap": (1, devices), "one": (1, 1)}[system.layout]
   if c.mesh.model * c.mesh.data > devices:
     raise ValueError(f"system {system} needs {c.mesh.model * c.mesh.data} devices, but {devices} are available")
   return validate(c)
@@ -84,10 +91,15 @@ def build(system: System, config) -> Step:
     forward = baseline.sharded_apply(net, setup.mesh)
   else:
     create, forward = functools.partial(train.create_train_state, setup, config), None
-  batch = train.put_batch(setup.mesh, train.random_batch(config.batch_size, config.image_size, classes,
-                                                         size=config.dataset.resize))
-  step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
+  host_batch = train.random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
   dropout_key = jax.random.key(1)
+  if system.layout == "pmap":
+    devices = list(setup.mesh.devices.flat)
+    state, batch = pmap_data.replicate(create(key), devices), pmap_data.split(host_batch, devices)
+    return Step(setup, pmap_data.train_step(setup, devices).lower(state, batch, dropout_key).compile(), state, batch,
+                dropout_key)
+  batch = train.put_batch(setup.mesh, host_batch)
+  step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
   # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
   # before the (on a CPU, slow) initialisation.
   compiled = step.lower(jax.eval_shape(create, key), batch, dropout_key).compile()

@@ -17,17 +17,18 @@ import ml_collections
 import numpy as np
 import optax
 import tqdm
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import checkpoints, guard, parallel, pictures, workdirs
+from alexnet_jax import checkpoints, distributed, guard, parallel, pictures, workdirs
 from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, device_augment, eval_batches, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import Feed
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.metrics import MetricWriter
 from alexnet_jax.model import Network
-from alexnet_jax.networks import get_network
+from alexnet_jax.networks import get_network, with_strategy
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -56,6 +57,8 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
                       lrn_alpha_over_n=config.lrn_alpha_over_n)
   if table.towers != config.towers:
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
+  if config.strategy != "table":
+    table = with_strategy(table, config.strategy)
   net = Network(table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init, backend=config.kernel_backend)
   mesh = parallel.make_mesh(config.mesh.model, config.mesh.data)
   if config.batch_size % mesh.size or config.eval_batch_size % mesh.size:
@@ -150,6 +153,18 @@ def batch_sharding(mesh, ndim: int) -> NamedSharding:
   return NamedSharding(mesh, P(("data", "model"), *(None,) * (ndim - 1)))
 
 
+def process_rows(mesh, n: int) -> slice:
+  """The rows of an n-row batch that this process's devices hold under batch_sharding: the share it reads. One
+  process holds them all; under several, each its devices' block, whatever the mesh, so that the global batch is
+  the one a single process would read."""
+  held = batch_sharding(mesh, 1).addressable_devices_indices_map((n,)).values()
+  blocks = sorted({(s.start or 0, n if s.stop is None else s.stop) for s, in held})
+  if not blocks or any(a[1] != b[0] for a, b in zip(blocks, blocks[1:])):
+    raise ValueError(f"process {jax.process_index()}'s devices hold rows {blocks} of the batch, not one consecutive "
+                     "block: order the mesh's devices by process")
+  return slice(blocks[0][0], blocks[-1][1])
+
+
 def put_batch(mesh, batch: dict) -> dict:
   """Places this process's share of a batch on the mesh, its rows spread over the devices (batch_sharding)."""
   return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(v)), v) for k, v in batch.items()}
@@ -163,7 +178,8 @@ def device_put_fn(config, setup: Setup, dataset):
       check_batch(batch, dataset.size, setup.image_size)
       return put_batch(setup.mesh, batch), 0
     return put
-  share = config.batch_size // jax.process_count()
+  rows = process_rows(setup.mesh, config.batch_size)
+  share = rows.stop - rows.start
   decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train,
                                    config.dataset.threads)
 
@@ -193,12 +209,14 @@ def model_input(setup: Setup, batch: dict) -> jax.Array:
   return normalise(setup, _towers_gather(setup, crops), _towers_gather(setup, batch["shift"]))
 
 
-def _towers_gather(setup: Setup, rows: jax.Array) -> jax.Array:
-  """Per-image rows spread over every device (batch_sharding), gathered over 'model', as the towers each read the
-  whole batch: images while still uint8 crops, the fewest bytes they can be sent in; shifts, labels and masks before
-  anything combines them with what the towers computed (else XLA would gather the float images, or reduce the
-  metrics over every device)."""
-  return jax.lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P("data")))
+def _towers_gather(setup: Setup, rows: jax.Array, end: str = "input") -> jax.Array:
+  """Per-image rows spread over every device (batch_sharding), placed where the network's `end` layer ('input' or
+  'output') reads or writes its batch: gathered over 'model' where that layer's towers each see the whole batch —
+  images while still uint8 crops, the fewest bytes they can be sent in; shifts, labels and masks before anything
+  combines them with the towers' work (else XLA would gather the float images, or reduce the metrics over every
+  device). A layer placed 'data' keeps its own rows, and nothing moves."""
+  axes = parallel.batch_axes(setup.net, end)
+  return jax.lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P(axes)))
 
 
 def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
@@ -226,7 +244,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   (params, NHWC images, key, train) → logits stands in for the setup's network (the benchmark's plain-XLA one)."""
   forward = forward or logits_fn(setup)
   key = jax.random.fold_in(key, state.step)
-  labels = _towers_gather(setup, batch["label"])
+  labels = _towers_gather(setup, batch["label"], "output")
 
   def loss_fn(params):
     logits = forward(params, model_input(setup, batch), key, True)
@@ -246,7 +264,7 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   crops, cut on the device; 10 crops are scored by their mean softmax (the loss is then the cross-entropy of that
   mean)."""
   forward, s = logits_fn(setup), setup.image_size
-  labels, mask = _towers_gather(setup, batch["label"]), _towers_gather(setup, batch["mask"])
+  labels, mask = (_towers_gather(setup, batch[k], "output") for k in ("label", "mask"))
   if crops == 1:
     images = eval_input(setup, batch["image"])
     return metrics_of(forward(state.params, images, jax.random.key(0), False), labels, mask)
@@ -269,7 +287,7 @@ def summarise(sums: dict) -> dict:
 def evaluate(state, dataset, config, p_eval_step, mesh, crops: int = 1) -> dict:
   """Metrics over the evaluation split; p_eval_step is eval_step jitted with `crops` static."""
   total = None
-  for batch in eval_batches(dataset, config.eval_batch_size):
+  for batch in eval_batches(dataset, config.eval_batch_size, process_rows(mesh, config.eval_batch_size)):
     m = p_eval_step(state, put_batch(mesh, batch), crops=crops)
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   total = jax.device_get(total)
@@ -314,8 +332,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   start = int(state.step)
   if position is not None:
     check_position(position, data_position(config, dataset, start))
-  writer = MetricWriter(workdir, resume_step=start)
-  if start == 0:
+  writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
+  if writer and start == 0:
     writer.write_config(config)
   p_train_step = jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
@@ -323,11 +341,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
 
-  batches = train_batches(dataset, config.batch_size, jax.process_index(), jax.process_count())
+  batches = train_batches(dataset, config.batch_size, rows=process_rows(setup.mesh, config.batch_size))
   batches_on_device = Feed(iterate(batches, start, input_workers(config)), device_put_fn(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
-  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0)
+  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
+                  disable=not distributed.is_writer())
   for step in range(start, setup.total_steps):
     batch, skipped_here = next(batches_on_device)
     skipped += skipped_here
@@ -342,7 +361,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       train = summarise(window)
       train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
                     skipped_images=skipped)
-      writer.write("train", done, train)
+      if writer:
+        writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
       sums, t0, logged = None, time.time(), done
       if (bad := guard.first_nonfinite(window)) is not None:
@@ -356,7 +376,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       pause = time.time()
     if evaluating:
       eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
-      writer.write("eval", done, eval_metrics)
+      if writer:
+        writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
     if saving:
@@ -369,7 +390,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   bar.close()
   batches_on_device.close()  # stops its thread and the worker processes, if any
   checkpoints.wait(manager)
-  writer.close()
+  if writer:
+    writer.close()
   if diverged:
     raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
   if signalled:
@@ -377,7 +399,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
   colour = write_pictures(workdir, setup, state)
-  print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
+  if colour:
+    print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
 
 
@@ -406,6 +429,8 @@ def check_position(saved: dict, now: dict) -> None:
 
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
-  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir."""
+  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir, by process 0 (every
+  process takes part in gathering the filters from the devices that hold them); {} elsewhere."""
   first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
-  return pictures.write_all(workdir, np.asarray(state.params[first]["kernel"]))
+  kernel = multihost_utils.process_allgather(state.params[first]["kernel"], tiled=True)
+  return pictures.write_all(workdir, kernel) if distributed.is_writer() else {}

@@ -8,7 +8,10 @@ Systems (alexnet_jax/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` o
 that kernel backend, `plain` the same table written as a JAX user would with plain XLA (alexnet_jax/baseline.py:
 NHWC, lax.conv_general_dilated in the compute dtype, reduce_window pools and LRN); LAYOUT `split` puts the paper's
 towers on two devices (shard_map; all-gathers at conv3, fc6, fc7, a psum at fc8), `dp` every tower on every device
-with the batch split over all of them, `one` every tower on one device. Both sides run the same loss, input (random
+with the batch split over all of them, `pmap` the same with jax.pmap (ours only), `hybrid` convolutions
+data-parallel and fc layers split over every device (Krizhevsky 2014; ours only), `one` every tower on one device.
+The strategies lab's rows: --systems triton:split,xla:split,triton:dp,xla:dp,triton:pmap,xla:pmap,triton:hybrid,
+xla:hybrid. Both sides run the same loss, input (random
 stored-size images, crops cut on the device) and optimiser; only the network differs.
 
 The dtypes and batch sizes default to the config's. Each system × dtype × global batch runs in a process of its own
@@ -24,7 +27,8 @@ device: "step" is what XLA's analysis of the compiled step says it holds (argume
 donated buffers reused), "peak" the allocator's peak while the process built and ran it (compilation's autotuning
 included; the first rows' peaks carry over with --noseparate; absent on CPU). ×plain: images/s over the `plain`
 system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` row. Also the bytes each cross-device
-collective moves per step, from the compiled HLO.
+collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
+carries; scripts/comm_report.py lists them beside the layer table's figures).
 Prints a table; writes the rows as JSON.
 """
 
@@ -69,8 +73,8 @@ def collective_bytes(table, hlo_text) -> dict:
   names, traffic = [layer.name for layer in table.layers], {}
   for c in hlo.collectives(hlo_text):
     if c.group_size > 1:
-      key = f"{'+'.join(c.layers(names)) or 'other'} {c.kind}"
-      traffic[key] = traffic.get(key, 0) + c.bytes
+      for layer, size in c.by_layer(names).items():  # a combined gradient all-reduce split by layer
+        traffic[f"{layer} {c.kind}"] = traffic.get(f"{layer} {c.kind}", 0) + size
   return traffic
 
 
@@ -78,6 +82,12 @@ def xla_flops(compiled):
   costs = compiled.cost_analysis()
   costs = costs[0] if isinstance(costs, list) else costs
   return (costs or {}).get("flops")
+
+
+def _first(value) -> float:
+  import numpy as np  # noqa: PLC0415
+
+  return float(np.ravel(value)[0])
 
 
 def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dict:
@@ -115,7 +125,7 @@ def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dic
               mfu=flops * b / ms * 1e3 / (peak_tflops * 1e12 * len(devices)), peak_tflops=peak_tflops,
               xla_flops_per_device=xla_flops(compiled), step_gib=device_bytes(compiled) / 2**30,
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
-              loss=float(m["loss"]) / float(m["count"]),
+              loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
               collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind)
 
 

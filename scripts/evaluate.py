@@ -24,12 +24,16 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
+  from alexnet_jax import distributed  # noqa: PLC0415
   from alexnet_jax.train import evaluate_checkpoint  # noqa: PLC0415
 
   try:
+    distributed.initialize(config)  # as many processes as trained it, or one
     step, results = evaluate_checkpoint(config, flags.FLAGS.workdir, [int(c) for c in flags.FLAGS.crops])
   except ValueError as e:
     sys.exit(f"error: {e}")
+  if not distributed.is_writer():
+    return
   path = os.path.join(flags.FLAGS.workdir, f"eval_{step}.json")
   with open(path, "w") as f:
     json.dump(dict(step=step, config=config.dataset.name, results=results), f, indent=1)

@@ -1,4 +1,8 @@
-"""Trains a network: python scripts/train.py --config configs/demo.py [--config.key=value …] [--workdir DIR]."""
+"""Trains a network: python scripts/train.py --config configs/demo.py [--config.key=value …] [--workdir DIR].
+
+Several processes run the same command, each with --config.distributed.process_id=I (and the run's
+--config.distributed.coordinator=HOST:PORT and num_processes=N), or under Slurm/Open MPI with
+--config.distributed.detect=true: README, Multi-host."""
 
 import gc
 import os
@@ -17,11 +21,12 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
-  from alexnet_jax import guard  # noqa: PLC0415
+  from alexnet_jax import distributed, guard  # noqa: PLC0415
   from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
 
   workdir = flags.FLAGS.workdir or os.path.join("runs", cli.config_name())
   try:
+    distributed.initialize(config)  # a run of several processes (README, Multi-host); nothing for one
     metrics = train_and_evaluate(config, workdir)
   except ValueError as e:  # bad config, data, checkpoint or workdir, or divergence: one line, no traceback
     metrics, line, status = None, f"error: {e}", 1

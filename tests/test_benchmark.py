@@ -82,3 +82,18 @@ def test_gpu_trace_counts_stream_kernels_once_and_busy_as_their_union():
   assert d["busy_ms"] == pytest.approx(0.015) and d["wall_ms"] == pytest.approx(0.025)
   assert d["by_kind"] == pytest.approx({"triton kernel (ours)": 0.010, "collective": 0.005})
   assert (d["groups"][0]["layer"], d["groups"][0]["pass"]) == ("conv1", "fwd")
+
+
+def test_benchmark_rows_of_the_strategies_lab(tmp_path):
+  out = tmp_path / "rows.json"
+  run = script("benchmark.py", "--systems=xla:dp,xla:pmap,xla:hybrid", "--dtypes=float32", "--batches=4", "--steps=1",
+               "--windows=1", "--noseparate", f"--json={out}")
+  assert run.returncode == 0, run.stderr[-2000:]
+  rows = {r["system"]: r for r in json.loads(out.read_text())}
+  assert all(r["devices"] == 2 and r["images_per_s"] > 0 for r in rows.values())
+  assert rows["xla:pmap"]["loss"] == pytest.approx(rows["xla:dp"]["loss"], rel=1e-5)  # pmap computes dp's step
+  # Gradients are labelled per layer, never as a '+'-joined group; the hybrid gathers the batch at fc6.
+  names = {layer.name for layer in alexnet(num_classes=10, width=0.25).layers} | {"input+loss"}
+  assert {k.split()[0] for k in rows["xla:dp"]["collective_bytes"]} <= names
+  assert {"conv1 all-reduce", "fc8 all-reduce"} <= set(rows["xla:dp"]["collective_bytes"])
+  assert {"conv1 all-reduce", "fc6 all-gather", "fc6 reduce-scatter"} <= set(rows["xla:hybrid"]["collective_bytes"])

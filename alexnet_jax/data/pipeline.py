@@ -89,26 +89,29 @@ class Dataset:
     images, labels, skipped = self.train.batch(draws["index"])
     return dict(image=images, **rest, label=labels), skipped
 
-  def eval_batch(self, indices: np.ndarray, size: int) -> dict:
-    """Examples `indices` padded to `size` by repeating the last, the padding masked out."""
+  def eval_batch(self, indices: np.ndarray, size: int, rows: slice = slice(None)) -> dict:
+    """Rows `rows` of examples `indices` padded to `size` by repeating the last, the padding masked out."""
     padded = np.concatenate([indices, np.repeat(indices[-1:], size - len(indices))])
-    images, labels, _ = self.eval.batch(padded)
-    return dict(image=images, label=labels, mask=np.arange(size) < len(indices))
+    images, labels, _ = self.eval.batch(padded[rows])
+    return dict(image=images, label=labels, mask=(np.arange(size) < len(indices))[rows])
 
 
-def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1):
+def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1,
+                  rows: slice | None = None):
   """A grain.MapDataset whose element `step` is (batch, skipped): this process's share of the global batch of
   training step `step`, and how many unreadable images its examples passed over.
 
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
-  every global batch.
+  every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
+  train.process_rows).
   """
-  if batch_size % process_count:
-    raise ValueError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
-  share = batch_size // process_count
+  if rows is None:
+    if batch_size % process_count:
+      raise ValueError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
+    share = batch_size // process_count
+    rows = slice(process_index * share, (process_index + 1) * share)
   draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().batch(batch_size)
-  rows = slice(process_index * share, (process_index + 1) * share)
   return draws.random_map(dataset.draw).map(functools.partial(_process_share, dataset, rows))
 
 
@@ -147,10 +150,11 @@ def _ahead() -> grain.ReadOptions:
   return grain.ReadOptions(num_threads=BATCHES_AHEAD, prefetch_buffer_size=BATCHES_AHEAD)
 
 
-def eval_batches(dataset: Dataset, batch_size: int) -> Iterator[dict]:
+def eval_batches(dataset: Dataset, batch_size: int, rows: slice = slice(None)) -> Iterator[dict]:
   """The evaluation split in order, S×S images (the device crops them); the last batch is padded by repeating its
-  last example and the padding is masked out."""
-  batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size).map(lambda i: dataset.eval_batch(i, batch_size))
+  last example and the padding is masked out. Of each batch, only `rows` (this process's, train.process_rows)."""
+  batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size)
+  batches = batches.map(lambda i: dataset.eval_batch(i, batch_size, rows))
   yield from batches.to_iter_dataset(_ahead())
 
 

@@ -1,0 +1,115 @@
+"""The strategies of networks.with_strategy (tower, data, hybrid) and pmap's data parallelism compute the same
+training steps on any (data, model) mesh: parameters after two steps, dropout included, within float rounding."""
+
+import functools
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from alexnet_jax import parallel, pmap_data, train
+from alexnet_jax.config import paper_config
+from alexnet_jax.model import Network
+from alexnet_jax.networks import Layer, Table, alexnet, with_strategy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B = 8
+
+
+def tiny_config(strategy="tower", model=1, data=1):
+  c = paper_config()
+  c.width, c.image_size, c.weight_init, c.learning_rate = 0.0625, 64, "he", 0.05
+  c.dataset.name, c.dataset.num_classes, c.batch_size, c.eval_batch_size = "procedural", 10, B, B
+  c.strategy, c.mesh.model, c.mesh.data = strategy, model, data
+  return c
+
+
+def two_steps(config) -> dict:
+  """Parameters after two train steps on a fixed batch, as host arrays."""
+  setup = train.make_setup(config, 10, 1000)
+  state = train.create_train_state(setup, config, jax.random.key(0))
+  batch = train.put_batch(setup.mesh, train.random_batch(B, 64, 10, size=72))
+  step = jax.jit(functools.partial(train.train_step, setup=setup))
+  for _ in range(2):
+    state, _ = step(state, batch, jax.random.key(1))
+  return jax.tree.map(np.asarray, state.params)
+
+
+def assert_same(params, reference):
+  for path, want in jax.tree_util.tree_leaves_with_path(reference):
+    got = functools.reduce(lambda t, k: t[k.key], path, params)
+    scale = np.abs(want).max() + 1e-12
+    np.testing.assert_allclose(got / scale, want / scale, atol=2e-5, err_msg=jax.tree_util.keystr(path))
+
+
+MESHES = [("tower", 2, 1), ("data", 1, 2), ("hybrid", 2, 1)]  # data=2 × model=2 meshes: the four-device test
+
+
+@pytest.fixture(scope="module")
+def one_device():
+  return two_steps(tiny_config())
+
+
+@pytest.mark.parametrize("strategy,model,data", MESHES)
+def test_every_strategy_on_two_devices_trains_as_one_device(strategy, model, data, one_device):
+  assert_same(two_steps(tiny_config(strategy, model, data)), one_device)
+
+
+def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
+  config = tiny_config("data", 1, 2)
+  setup = train.make_setup(config, 10, 1000)
+  devices = jax.devices()[:2]
+  state = pmap_data.replicate(train.create_train_state(setup, config, jax.random.key(0)), devices)
+  batch = pmap_data.split(train.random_batch(B, 64, 10, size=72), devices)
+  step = pmap_data.train_step(setup, devices)
+  for _ in range(2):
+    state, metrics = step(state, batch, jax.random.key(1))
+  assert int(metrics["count"][0]) == B and int(state.step[1]) == 2
+  assert_same(jax.tree.map(lambda x: np.asarray(x[1]), state.params), one_device)
+
+
+FOUR_DEVICES = """
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+from tests.test_strategies import assert_same, tiny_config, two_steps
+reference = two_steps(tiny_config())
+for strategy, model, data in [("tower", 2, 2), ("data", 2, 2), ("data", 1, 4), ("hybrid", 4, 1), ("hybrid", 2, 2)]:
+  assert_same(two_steps(tiny_config(strategy, model, data)), reference)
+  print(strategy, model, data, "same", flush=True)
+"""
+
+
+def test_every_strategy_on_four_devices_trains_as_one_device():
+  run = subprocess.run([sys.executable, "-c", FOUR_DEVICES], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1"))
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout.count("same") == 5
+
+
+def test_strategies_place_every_layer():
+  table = alexnet(num_classes=10, width=0.25)
+  places = {s: "".join(layer.place[0] for layer in with_strategy(table, s).layers) for s in ("tower", "data", "hybrid")}
+  assert places == dict(tower="t" * 15, data="d" * 15, hybrid="d" * 10 + "m" * 5)
+  with pytest.raises(ValueError, match="unknown strategy 'pipeline'"):
+    with_strategy(table, "pipeline")
+
+
+def test_bad_placements_are_refused_in_one_line():
+  conv, fc = Layer("conv1", "conv", filters=8, size=3), Layer("fc", "fc", filters=10, relu=False)
+  with pytest.raises(ValueError, match="place='model' is for fc layers"):
+    Layer("conv1", "conv", filters=8, size=3, place="model")
+  with pytest.raises(ValueError, match="must come first"):
+    Table((conv, Layer("conv2", "conv", filters=8, size=3, place="data"), fc), 1)
+  with pytest.raises(ValueError, match="place it 'data' like conv1"):
+    Table((Layer("conv1", "conv", filters=8, size=3, place="data"), Layer("pool1", "pool", size=2, stride=2), fc), 1)
+  # A one-tower classifier of 9 outputs cannot be cut into 2 slices of 'model'.
+  net = Network(Table((Layer("conv1", "conv", filters=8, size=3, stride=2, place="data"),
+                       Layer("fc", "fc", filters=9, relu=False, place="model")), 1))
+  x = jnp.zeros((3, 9, 9, 4))
+  params = net.init(jax.random.key(0), x)["params"]
+  with pytest.raises(ValueError, match=r"^layer fc: its bias \(1, 9\) does not split over the 2 devices of 'model'$"):
+    parallel.sharded_apply(net, parallel.make_mesh(model=2))(params, x, jax.random.key(0))
