@@ -38,6 +38,14 @@ class _OrbaxLogs(logging.Filter):
     return not (record.levelno >= self.level and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
+class _OrbaxTasks(logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" for orbax's tasks (the repr of their coroutine names its
+  file): the failed write such a task carries is the one that save() reports in one line."""
+
+  def filter(self, record):
+    return f"{os.sep}orbax{os.sep}" not in record.getMessage()
+
+
 @contextlib.contextmanager
 def _orbax_quiet(level: int):
   absl_logger = logging.getLogger("absl")
@@ -60,11 +68,14 @@ def _abandoned_read(unraisable) -> bool:
 
 def _quiet_for_the_process() -> None:
   """Silences, for the life of the process (saves outlive any call), what orbax and tensorstore print about a
-  failure that restore() or save() report themselves: orbax's logged errors, and the tracebacks of the reads and
-  writes still under way when one of them failed (_abandoned_read)."""
+  failure that restore() or save() report themselves: orbax's logged errors, asyncio's word on orbax's failed tasks,
+  and the tracebacks of the reads and writes still under way when one of them failed (_abandoned_read)."""
   absl_logger = logging.getLogger("absl")
   if not any(isinstance(f, _OrbaxLogs) and f.level == logging.ERROR for f in absl_logger.filters):
     absl_logger.addFilter(_OrbaxLogs(logging.ERROR))
+  asyncio_logger = logging.getLogger("asyncio")
+  if not any(isinstance(f, _OrbaxTasks) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_OrbaxTasks())
   previous = sys.unraisablehook
   if not getattr(previous, "drops_closed_loop_callbacks", False):
     def hook(unraisable):
