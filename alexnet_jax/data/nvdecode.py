@@ -30,6 +30,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from alexnet_jax.data import decode
+from alexnet_jax.data.sources import DataError
 
 SLOTS = 3  # batch buffers per device: one being decoded into while steps read the copies of the others
 
@@ -43,6 +44,15 @@ def nvimgcodec():
       from nvidia import nvimgcodec as module  # noqa: PLC0415
     except ImportError:
       return None
+  return module
+
+
+def require():
+  """The nvimgcodec module; a DataError saying what to install where it does not import."""
+  module = nvimgcodec()
+  if module is None:
+    raise DataError("config.dataset.decoder='gpu' needs nvImageCodec: pip install nvidia-nvimgcodec-cu13 "
+                    "nvidia-nvjpeg")
   return module
 
 
@@ -64,10 +74,7 @@ class DeviceDecoder:
   decoding its block; `host` (the dataset's decode.Decoder) decodes what a device could not."""
 
   def __init__(self, sharding: NamedSharding, batch_size: int, host: decode.Decoder, threads: int):
-    nv = nvimgcodec()
-    if nv is None:
-      raise ValueError("config.dataset.decoder='gpu' needs nvImageCodec: pip install nvidia-nvimgcodec-cu13 "
-                       "nvidia-nvjpeg")
+    nv = require()
     self.sharding, self.host = sharding, host
     self.shape = (batch_size, host.size, host.size, 3)
     blocks = {device: range(*index[0].indices(batch_size))
@@ -80,15 +87,14 @@ class DeviceDecoder:
   def __call__(self, batch: dict) -> tuple[jax.Array, np.ndarray, int]:
     """(images, labels, unreadable images passed over) of a batch that decode.Decoder.jpeg_batch made."""
     labels = batch["label"].copy()
-    done = list(self._pool.map(functools.partial(self._block, batch, labels), self.devices))
+    jpegs = np.split(batch["jpeg"], batch["jpeg_end"][:-1])  # row r's bytes, a view of the flat array
+    done = list(self._pool.map(functools.partial(self._block, batch, jpegs, labels), self.devices))
     images = jax.make_array_from_single_device_arrays(self.shape, self.sharding, [block for block, _ in done])
     return images, labels, sum(skipped for _, skipped in done)
 
-  def _block(self, batch: dict, labels: np.ndarray, device: "_Device") -> tuple[jax.Array, int]:
+  def _block(self, batch: dict, jpegs: list, labels: np.ndarray, device: "_Device") -> tuple[jax.Array, int]:
     rows = device.rows
-    ends = batch["jpeg_end"]
-    starts = np.concatenate([[0], ends[:-1]])
-    failed = device.decode([batch["jpeg"][a:b] for a, b in zip(starts[rows], ends[rows])])
+    failed = device.decode(jpegs[rows])
     on_host = {r - rows.start: image for r, image in zip(batch["host_rows"], batch["host_image"])
                if rows.start <= r < rows.stop}
     skipped = 0
