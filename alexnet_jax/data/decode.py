@@ -82,7 +82,7 @@ class Decoder:
     on_host |= [example is None or not self.device_decodable(example) for example in examples]
     rows = np.flatnonzero(on_host).astype(np.int32)
     images = np.empty((len(rows), self.size, self.size, 3), np.uint8)
-    reads = self._map(self._read_into, indices[rows].tolist(), images)
+    reads = self._map(self._decode_read, indices[rows].tolist(), [examples[r] for r in rows], images)
     labels = np.array([-1 if e is None else int(e["label"]) for e in examples], np.int32)
     labels[rows] = [label for label, _ in reads]
     jpegs = [b"" if host else e["jpeg"] for e, host in zip(examples, on_host)]
@@ -100,6 +100,17 @@ class Decoder:
     except ValueError:
       return False
     return (h, w) == (self.size, self.size) and colorspace == "YCbCr"
+
+  def _decode_read(self, i: int, example: dict | None, out: np.ndarray) -> tuple[int, int]:
+    """_read_into for example i already read (None: it could not be): decoded from what was read, not read again;
+    one that does not decode goes to _read_into, which warns, counts and substitutes."""
+    if example is not None:
+      try:
+        self._decode_into(example, out)
+        return int(example["label"]), 0
+      except UNREADABLE:
+        pass
+    return self._read_into(i, out)
 
   def _read_example(self, i: int) -> dict | None:
     try:
