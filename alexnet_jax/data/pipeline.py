@@ -15,8 +15,9 @@ for the procedural set, whose images are never cropped, flipped or shifted):
     the host's metrics and stays off the device.
   evaluation: 'image' (N, S, S, 3) uint8, 'label' (N,) int32, 'mask' (N,) bool, False on the padding that fills
     the last batch; the device takes the centre crop or the paper's 10 crops (train.eval_step).
-Crop, flip and shift are drawn from (seed, step, position), as Grain's random_map seeds them; the host only
-decodes, and sends S×S uint8 (a quarter of float32's bytes). The device applies the draws and normalises with the
+Crop, flip and shift are drawn for each global batch from (seed, step), as Grain's random_map seeds it; the host
+only decodes, and sends S×S uint8 (a quarter of float32's bytes), or, where the devices decode (decoder 'gpu'), the
+JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch). The device applies the draws and normalises with the
 dataset's mean and std (train.model_input). Images are NHWC at this boundary, the convention every image source
 uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 """
@@ -214,9 +215,8 @@ def _decoder(choice: str) -> str:
   goes)."""
   if choice == "auto":
     return "cpu"
-  if choice == "gpu" and nvdecode.nvimgcodec() is None:
-    raise sources.DataError("config.dataset.decoder='gpu' needs nvImageCodec: pip install nvidia-nvimgcodec-cu13 "
-                            "nvidia-nvjpeg")
+  if choice == "gpu":
+    nvdecode.require()
   return choice
 
 
