@@ -86,12 +86,12 @@ def conv_rows(batch, dtype, backend, key):
 def kernel_bytes(name, phase, x, y):
   """Bytes our pool or LRN kernel reads and writes (triton_kernels/pool.py, lrn.py). Max-pool: the forward reads x,
   writes y and the int8 position of each window's maximum; the backward reads dy and those positions and writes dx
-  (it never reads x). LRN: the forward reads x, writes y and the float32 denominators k + α·Σa²; the backward reads x,
-  dy and the denominators and writes dx."""
+  (it never reads x). LRN: the forward reads x and writes y; the backward reads x and dy and writes dx (it recomputes
+  the denominators)."""
   size = x.dtype.itemsize
   if name.startswith("pool"):
     return (x.size + y.size) * size + y.size
-  return (2 if phase == "fwd" else 3) * x.size * size + 4 * x.size
+  return (2 if phase == "fwd" else 3) * x.size * size
 
 
 def map_rows(batch, dtype, backend, key):

@@ -157,13 +157,13 @@ def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
 
 def run_lrn(x, dy, groups, size, k, alpha, beta):
   launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name)
-  (y, ybuf), (scale, sbuf) = poisoned(x.shape, x.dtype), poisoned(x.shape, np.float32)
-  run(lrn.lrn_fwd_launch(*launch_args), x, y, scale)
+  y, ybuf = poisoned(x.shape, x.dtype)
+  run(lrn.lrn_fwd_launch(*launch_args), x, y)
   dx, dbuf = poisoned(x.shape, x.dtype)
-  run(lrn.lrn_bwd_launch(*launch_args), x, dy, scale, dx)
-  for buf in (ybuf, sbuf, dbuf):
+  run(lrn.lrn_bwd_launch(*launch_args), x, dy, dx)
+  for buf in (ybuf, dbuf):
     untouched(buf)
-  return y, scale, dx
+  return y, dx
 
 
 LRN_CASES = [  # shape, groups, size, k, alpha, beta
@@ -182,29 +182,43 @@ def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype):
   rng = np.random.default_rng(sum(shape) + size)
   x = (rng.normal(size=shape) * 40).astype(dtype)  # large, so that the normaliser is far from k
   dy = rng.normal(size=shape).astype(dtype)
-  y, scale, dx = run_lrn(x, dy, groups, size, k, alpha, beta)
+  y, dx = run_lrn(x, dy, groups, size, k, alpha, beta)
   x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
-  want_y, want_scale = lrn_fwd_numpy(x64, groups, size, k, alpha, beta)
+  want_y, _ = lrn_fwd_numpy(x64, groups, size, k, alpha, beta)
   want_dx = lrn_bwd_numpy(x64, dy64, groups, size, k, alpha, beta)
-  assert np.isfinite(y).all() and np.isfinite(scale).all() and np.isfinite(dx).all()
-  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
+  assert np.isfinite(y).all() and np.isfinite(dx).all()
   tol = TOL[dtype]
   np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
   np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
 
 
 def test_lrn_large_channels_leave_no_rounding_behind():
-  """A float32 sliding sum would keep a huge square's rounding after it left, large beside the small ones left."""
+  """A float32 running sum would keep a huge square's rounding after it left, large beside the small ones left."""
   rng = np.random.default_rng(4)
   x = (rng.normal(size=(48, 2, 2, 8)) * 0.1).astype(np.float32)
   x[::7] *= 3e3
   dy = rng.normal(size=x.shape).astype(np.float32)
   args = (1, 5, 1.0, 1e-2, 0.75)  # α large enough that the small windows' sums show in scale
-  y, scale, dx = run_lrn(x, dy, *args)
-  want_y, want_scale = lrn_fwd_numpy(x.astype(np.float64), *args)
-  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
+  y, dx = run_lrn(x, dy, *args)
+  want_y, _ = lrn_fwd_numpy(x.astype(np.float64), *args)
   np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-7 * np.abs(want_y).max())
   want_dx = lrn_bwd_numpy(x.astype(np.float64), dy.astype(np.float64), *args)
+  np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.abs(want_dx).max())
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero", "ignore:invalid value")  # 0^−β beyond the group, on purpose
+def test_lrn_without_k_leaves_no_nan_from_beyond_the_group():
+  """With k = 0 a window reaching past the group's first channel may hold only zeros (common after ReLU); its
+  denominator 0 must not reach a gradient, since no such window exists."""
+  rng = np.random.default_rng(5)
+  x = (np.abs(rng.normal(size=(8, 2, 3, 4))) + 0.5).astype(np.float32)
+  x[0] = x[4] = 0.0  # the first channel of each of the two groups
+  dy = rng.normal(size=x.shape).astype(np.float32)
+  args = (2, 5, 0.0, 1e-2, 0.75)
+  y, dx = run_lrn(x, dy, *args)
+  want_dx = lrn_bwd_numpy(x.astype(np.float64), dy.astype(np.float64), *args)
+  assert np.isfinite(want_dx).all() and np.isfinite(dx).all()
+  np.testing.assert_allclose(y, lrn_fwd_numpy(x.astype(np.float64), *args)[0], rtol=1e-5)
   np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.abs(want_dx).max())
 
 
@@ -229,21 +243,20 @@ def test_lrn_non_finite_inputs_stay_in_their_window(size):
   x[4, 1, 0, 2] = np.nan  # group 0 (channels 0..5)
   x[7, 0, 1, 1] = np.inf  # group 1; its window's sum is inf, so its neighbours are scaled to 0
   dy = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
-  y, scale, dx = run_lrn(x, dy, 2, size, 2.0, 1e-4, 0.75)
+  y, dx = run_lrn(x, dy, 2, size, 2.0, 1e-4, 0.75)
   hit = np.zeros(x.shape, bool)  # y[j] is NaN when 4 ∈ window(j), i.e. j ∈ [4 − (SIZE−1)//2, 4 + SIZE//2]
   hit[4 - (size - 1) // 2:min(6, 4 + size // 2 + 1), 1, 0, 2] = True
   hit[7, 0, 1, 1] = True  # inf · inf^−β
   np.testing.assert_array_equal(np.isnan(y), hit)
   neighbours = np.zeros(x.shape, bool)
   neighbours[max(6, 7 - (size - 1) // 2):7 + size // 2 + 1, 0, 1, 1] = True
-  np.testing.assert_array_equal(np.isinf(scale), neighbours)
   assert np.isnan(y[7, 0, 1, 1]) and (y[neighbours & ~np.isnan(y)] == 0).all()
   args = (2, size, 2.0, 1e-4, 0.75)
   with np.errstate(invalid="ignore"):
     want_y, want_scale = lrn_fwd_numpy(x.astype(np.float64), *args)
     want_dx = lrn_bwd_numpy(x.astype(np.float64), dy.astype(np.float64), *args)
+  np.testing.assert_array_equal(np.isinf(want_scale), neighbours)
   np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_y)))
-  np.testing.assert_allclose(scale, want_scale, rtol=1e-6)
   np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_dx)))
   assert np.isfinite(dx[:, 0, 0, 0]).all()  # positions without a non-finite input are untouched by them
 

@@ -1,16 +1,17 @@
 """Local response normalisation across channels, cuda-convnet's CHWN layout (all arrays contiguous, N fastest).
 
-  forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype, scale (C, H, W, N) float32
-  backward: x, dy, scale → dx (C, H, W, N) in dy's dtype
+  forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype
+  backward: x, dy → dx (C, H, W, N) in dy's dtype
 
-  scale[c] = K + ALPHA · Σ x[c']² over c' ∈ [c − SIZE//2, c + (SIZE−1)//2] ∩ c's group,   y[c] = x[c] · scale[c]^−BETA
+  s[c] = K + ALPHA · Σ x[c']² over c' ∈ [c − SIZE//2, c + (SIZE−1)//2] ∩ c's group,   y[c] = x[c] · s[c]^−BETA
 
-as alexnet_jax/ops/lrn.py (pass ALPHA already divided by SIZE for Caffe's α/n). scale is kept for the backward, as
-cuda-convnet kept its denominators. Channels are P = H·W·N elements apart, so a program owns BLOCK consecutive
-positions of one group and walks down its channels with a sliding window sum: the entering channel is added and the
-leaving one subtracted, so each element comes from DRAM about once (the leaving channel's re-read hits the cache).
-The sum carries its rounding error (TwoSum), and NaN and ±inf are counted beside it rather than added, so that neither a large
-value's rounding nor a non-finite one outlives its stay in the window.
+as alexnet_jax/ops/lrn.py (pass ALPHA already divided by SIZE for Caffe's α/n). Channels are P = H·W·N elements
+apart, so a program owns BLOCK consecutive positions of one group and walks down its channels, holding the last SIZE
+channels it read in registers: each element is read from DRAM once, and each window sum is added afresh from the
+registers (SIZE multiply-adds), so no rounding error or non-finite value outlives its window, as a running sum's
+would. The backward recomputes s from x instead of reading denominators kept by the forward (cuda-convnet kept
+them): float32 denominators would cost more DRAM traffic than bf16 x and dy together, and the arithmetic is free
+beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
 """
 
 import triton
@@ -24,46 +25,31 @@ PROGRAMS = 4 * 132  # a few per H200 SM; below that a smaller block buys paralle
 
 
 @triton.jit
-def _slide(win, v, sign):
-  """Adds (sign 1) or removes (sign −1) v from `win` = (sum, its rounding error, #NaN, #+inf, #−inf)."""
-  nan = v != v
-  pinf = v == float("inf")
-  ninf = v == float("-inf")
-  # TwoSum keeps each addition's exact rounding error: once a large square has left the window, a plain float32
-  # sum would keep its rounding, large beside the small squares that remain (Kahan's update loses it as well).
-  v = sign * tl.where(nan | pinf | ninf, 0.0, v)
-  total = win[0] + v
-  part = total - win[0]
-  error = (win[0] - (total - part)) + (v - part)
-  return (total, win[1] + error, win[2] + sign * nan.to(tl.int32), win[3] + sign * pinf.to(tl.int32),
-          win[4] + sign * ninf.to(tl.int32))
+def _channel(ptr, c, live, CG: tl.constexpr, P: tl.constexpr):
+  """Channel c of this program's positions in float32; 0 outside the group, which clips the windows."""
+  return tl.load(ptr + c * P, mask=live & (c >= 0) & (c < CG), other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _total(win):
-  total = tl.where(win[3] > 0, float("inf"), tl.where(win[4] > 0, float("-inf"), win[0] + win[1]))
-  return tl.where((win[2] > 0) | ((win[3] > 0) & (win[4] > 0)), float("nan"), total)
+def _denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
+  """K + ALPHA · Σ xs², xs being the SIZE channels of one window."""
+  total = xs[0] * xs[0]
+  for i in tl.static_range(1, SIZE):
+    total += xs[i] * xs[i]
+  return K + ALPHA * total
 
 
 @triton.jit
-def _square(x_ptr, c, live, CG: tl.constexpr, P: tl.constexpr):
-  v = tl.load(x_ptr + c * P, mask=live & (c >= 0) & (c < CG), other=0.0).to(tl.float32)
-  return v * v
+def _sum(ring, SIZE: tl.constexpr):
+  total = ring[0]
+  for i in tl.static_range(1, SIZE):
+    total += ring[i]
+  return total
 
 
 @triton.jit
-def _term(x_ptr, dy_ptr, scale_ptr, c, live, CG: tl.constexpr, P: tl.constexpr, BETA: tl.constexpr):
-  """dy[c] · x[c] · scale[c]^(−BETA−1): channel c's share of the backward window sums; 0 outside the group."""
-  ok = live & (c >= 0) & (c < CG)
-  x = tl.load(x_ptr + c * P, mask=ok, other=0.0).to(tl.float32)
-  dy = tl.load(dy_ptr + c * P, mask=ok, other=0.0).to(tl.float32)
-  scale = tl.load(scale_ptr + c * P, mask=ok, other=1.0)
-  return dy * x * tl.exp2(-BETA * tl.log2(scale)) / scale
-
-
-@triton.jit
-def lrn_fwd_kernel(x_ptr, y_ptr, scale_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BLOCK: tl.constexpr):
+def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
+                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BLOCK: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
@@ -72,25 +58,33 @@ def lrn_fwd_kernel(x_ptr, y_ptr, scale_ptr, C: tl.constexpr, P: tl.constexpr, GR
   group = tl.program_id(1) * CG * P + p  # pointer offsets to channel 0 of this group
   x_ptr += group
   y_ptr += group
-  scale_ptr += group
-  zero = tl.zeros([BLOCK], tl.int32)
-  win = (tl.zeros([BLOCK], tl.float32), tl.zeros([BLOCK], tl.float32), zero, zero, zero)
-  for c in tl.static_range(AFTER):
-    win = _slide(win, _square(x_ptr, c, live, CG, P), 1)
+  zero = tl.zeros([BLOCK], tl.float32)
+  xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
+  for e in tl.static_range(AFTER):
+    xs = xs[1:] + (_channel(x_ptr, e, live, CG, P),)
   for c in range(CG):
-    win = _slide(win, _square(x_ptr, c + AFTER, live, CG, P), 1)
-    x = tl.load(x_ptr + c * P, mask=live, other=0.0).to(tl.float32)
-    scale = K + ALPHA * _total(win)
-    tl.store(y_ptr + c * P, (x * tl.exp2(-BETA * tl.log2(scale))).to(y_ptr.dtype.element_ty), mask=live)
-    tl.store(scale_ptr + c * P, scale, mask=live)
-    win = _slide(win, _square(x_ptr, c - BEFORE, live, CG, P), -1)
+    xs = xs[1:] + (_channel(x_ptr, c + AFTER, live, CG, P),)
+    s = _denominator(xs, K, ALPHA, SIZE)
+    tl.store(y_ptr + c * P, (xs[BEFORE] * tl.exp2(-BETA * tl.log2(s))).to(y_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def lrn_bwd_kernel(x_ptr, dy_ptr, scale_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
+def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr,
+            ALPHA: tl.constexpr, BETA: tl.constexpr):
+  """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window; both 0 outside the group,
+  whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
+  s = _denominator(xs, K, ALPHA, SIZE)
+  g = _channel(dy_ptr, j, live, CG, P) * tl.exp2(-BETA * tl.log2(s))
+  inside = (j >= 0) & (j < CG)
+  return tl.where(inside, g, 0.0), tl.where(inside, g * xs[SIZE // 2] / s, 0.0)
+
+
+@triton.jit
+def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                    SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BLOCK: tl.constexpr):
-  # dx[c] = dy[c]·scale[c]^−BETA − 2·ALPHA·BETA·x[c]·Σ_j term[j] over the j whose window holds c. Those j are
+  # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
+  # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2
   AFTER: tl.constexpr = (SIZE - 1) // 2
@@ -99,20 +93,23 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, scale_ptr, dx_ptr, C: tl.constexpr, P: tl.cons
   group = tl.program_id(1) * CG * P + p
   x_ptr += group
   dy_ptr += group
-  scale_ptr += group
   dx_ptr += group
-  zero = tl.zeros([BLOCK], tl.int32)
-  win = (tl.zeros([BLOCK], tl.float32), tl.zeros([BLOCK], tl.float32), zero, zero, zero)
-  for c in tl.static_range(BEFORE):
-    win = _slide(win, _term(x_ptr, dy_ptr, scale_ptr, c, live, CG, P, BETA), 1)
+  zero = tl.zeros([BLOCK], tl.float32)
+  xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
+  gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
+  terms = (zero,) * SIZE  # g·x/s of channels [c − AFTER, j]
+  for e in tl.static_range(SIZE - 1):
+    xs = xs[1:] + (_channel(x_ptr, e, live, CG, P),)
+    g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA)
+    gs = gs[1:] + (g,)
+    terms = terms[1:] + (term,)
   for c in range(CG):
-    win = _slide(win, _term(x_ptr, dy_ptr, scale_ptr, c + BEFORE, live, CG, P, BETA), 1)
-    x = tl.load(x_ptr + c * P, mask=live, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + c * P, mask=live, other=0.0).to(tl.float32)
-    scale = tl.load(scale_ptr + c * P, mask=live, other=1.0)
-    dx = dy * tl.exp2(-BETA * tl.log2(scale)) - 2.0 * ALPHA * BETA * x * _total(win)
+    xs = xs[1:] + (_channel(x_ptr, c + SIZE - 1, live, CG, P),)
+    g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA)
+    gs = gs[1:] + (g,)
+    terms = terms[1:] + (term,)
+    dx = gs[0] - 2.0 * ALPHA * BETA * xs[0] * _sum(terms, SIZE)
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
-    win = _slide(win, _term(x_ptr, dy_ptr, scale_ptr, c - AFTER, live, CG, P, BETA), -1)
 
 
 def _launch(kernel, shape, groups, size, k, alpha, beta, dtype_name):

@@ -5,14 +5,14 @@
 with the sum clipped at the first and last channel. The paper writes α without dividing by n (k=2, n=5, α=1e-4,
 β=0.75); Caffe and cuda-convnet's code use α/n. `alpha_over_n` chooses. In CHWN neighbouring channels are H·W·N
 elements apart, so the window is a sum over the leading axis; the kernel slides it along the channels, reading each
-input about once, and keeps the denominators k + α·Σa² for the backward pass, as cuda-convnet did. Groups (towers)
+input once; the backward recomputes the denominators k + α·Σa² from the input rather than keeping them from the
+forward as cuda-convnet did (float32 denominators cost more memory traffic than recomputing them). Groups (towers)
 are normalised separately: the paper's GPUs never saw each other's maps in this layer.
 """
 
 import functools
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax.ops.backend import accumulator, dispatch
@@ -38,17 +38,14 @@ def _fwd_launch(x, *, groups, n, k, alpha, beta):
   return triton_kernels().lrn.lrn_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
 
 
-def _bwd_launch(x, dy, scale, *, groups, n, k, alpha, beta):
+def _bwd_launch(x, dy, *, groups, n, k, alpha, beta):
   return triton_kernels().lrn.lrn_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
 
 
 LRN_FWD = KernelPrimitive("chwn_lrn_fwd", KernelSpec(
-    launch=_fwd_launch, batch_last=(0,),
-    # The kernel keeps the denominators k + α·Σa² (float32) for the backward pass, as cuda-convnet did.
-    outputs=lambda x, **p: [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, jnp.float32)]))
+    launch=_fwd_launch, batch_last=(0,), outputs=lambda x, **p: [jax.ShapeDtypeStruct(x.shape, x.dtype)]))
 LRN_BWD = KernelPrimitive("chwn_lrn_bwd", KernelSpec(
-    launch=_bwd_launch, batch_last=(0, 1, 2),
-    outputs=lambda x, dy, scale, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
+    launch=_bwd_launch, batch_last=(0, 1), outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
@@ -57,13 +54,11 @@ def _lrn_kernel(x, params, mode):
 
 
 def _lrn_kernel_fwd(x, params, mode):
-  y, scale = LRN_FWD(x, mode=mode, **dict(params))
-  return y, (x, scale)
+  return LRN_FWD(x, mode=mode, **dict(params))[0], x
 
 
-def _lrn_kernel_bwd(params, mode, residuals, dy):
-  x, scale = residuals
-  return tuple(LRN_BWD(x, dy, scale, mode=mode, **dict(params)))
+def _lrn_kernel_bwd(params, mode, x, dy):
+  return tuple(LRN_BWD(x, dy, mode=mode, **dict(params)))
 
 
 _lrn_kernel.defvjp(_lrn_kernel_fwd, _lrn_kernel_bwd)
