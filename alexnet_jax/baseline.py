@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.interchange import to_torch
 from alexnet_jax.layer_shapes import traced_shapes
-from alexnet_jax.networks import Layer, Table
+from alexnet_jax.networks import Layer, Table, initial_weights
 
 
 class PlainNetwork(nn.Module):
@@ -36,7 +36,7 @@ class PlainNetwork(nn.Module):
   table: Table
   dtype: Any = jnp.float32
   tower_axis: str | None = None  # mesh axis the towers are spread over (inside shard_map); None: all towers here
-  weight_init: str = "paper"  # as Network's: 'paper' N(0, 0.01) and the table's biases, 'he' N(0, 2/fan_in)
+  weight_init: str = "paper"  # as Network's (networks.initial_weights)
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
@@ -96,9 +96,8 @@ class Weights(nn.Module):
 
   @nn.compact
   def __call__(self):
-    std = 0.01 if self.weight_init == "paper" else (2.0 / np.prod(self.shape[:-1])) ** 0.5  # fan-in, as Network's
+    std, bias_init = initial_weights(self.layer, int(np.prod(self.shape[:-1])), self.weight_init)
     kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.shape)
-    bias_init = self.layer.bias_init if self.weight_init == "paper" else 0.0
     return kernel, self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), (self.shape[-1],))
 
 

@@ -123,7 +123,7 @@ def _check_range(config, key: str, kind, rule: str, inside) -> None:
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises one ValueError naming the first value out of range (unknown keys never get in: the config is locked)."""
   from alexnet_jax import networks, ops  # noqa: PLC0415  (configs import this module before jax is set up)
-  from alexnet_jax.model import INITS  # noqa: PLC0415
+  from alexnet_jax.networks import INITS  # noqa: PLC0415
 
   _choices(config, "network", networks.names())
   _choices(config, "weight_init", INITS)

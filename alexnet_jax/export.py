@@ -22,6 +22,7 @@ Importing this module registers the pytree types of a train step's state for ser
 """
 
 import functools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from alexnet_jax import parallel, train
 FUNCTIONS = ("inference", "train_step")
 INPUTS = ("uint8", "chwn")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+TRITON_CALL = "triton_kernel_call"  # jax-triton's custom call target, one per kernel launch
 
 
 def _register_pytrees():
@@ -68,6 +70,15 @@ def check_platforms(platforms, backend: str) -> tuple[str, ...]:
                      "for its compute capability. Export on the GPU machine, or with --config.kernel_backend=xla for "
                      "a cuda program of XLA's own ops")
   return platforms
+
+
+def _disabled_checks(platforms, backend: str) -> list:
+  """jax.export refuses custom calls it does not know to be stable. Our kernels' call carries each kernel compiled
+  for the exporting GPU in its payload, so a cuda artifact is tied to that compute capability (README), not to a
+  jaxlib's internals: that is the check waived, and only where the kernels go into a cuda lowering."""
+  if "cuda" in platforms and backend in ("auto", "triton"):
+    return [jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
+  return []
 
 
 def _has_cuda() -> bool:
@@ -121,7 +132,8 @@ def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, 
   platforms = check_platforms(platforms, setup.net.backend)
   _check_batch(setup, batch_size)
   image = inference_input(setup, input_kind, batch_size, size or setup.image_size)
-  return jax.export.export(jax.jit(inference_fn(setup, params, input_kind)), platforms=platforms)(image)
+  return jax.export.export(jax.jit(inference_fn(setup, params, input_kind)), platforms=platforms,
+                           disabled_checks=_disabled_checks(platforms, setup.net.backend))(image)
 
 
 def train_step_args(setup: train.Setup, config, batch_size: int, size: int):
@@ -140,8 +152,8 @@ def export_train_step(setup: train.Setup, config, *, platforms, batch_size: int,
   platforms = check_platforms(platforms, setup.net.backend)
   _check_batch(setup, batch_size)
   step = jax.jit(functools.partial(train.train_step, setup=setup))
-  return jax.export.export(step, platforms=platforms)(*train_step_args(setup, config, batch_size,
-                                                                       size or setup.image_size))
+  return jax.export.export(step, platforms=platforms, disabled_checks=_disabled_checks(platforms, setup.net.backend))(
+      *train_step_args(setup, config, batch_size, size or setup.image_size))
 
 
 def save(exported: jax.export.Exported, path: str) -> int:
@@ -154,7 +166,10 @@ def save(exported: jax.export.Exported, path: str) -> int:
 
 def load(path: str) -> jax.export.Exported:
   with open(path, "rb") as f:
-    return jax.export.deserialize(bytearray(f.read()))
+    exported = jax.export.deserialize(bytearray(f.read()))
+  if "cuda" in exported.platforms and _has_cuda():
+    importlib.import_module("jax_triton")  # registers TRITON_CALL with XLA (importable with a CUDA jaxlib only)
+  return exported
 
 
 def describe(exported: jax.export.Exported) -> str:

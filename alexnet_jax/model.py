@@ -22,10 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax import ops
-from alexnet_jax.networks import Layer, Table
-
-INITS = ("paper", "he")
-
+from alexnet_jax.networks import Layer, Table, initial_weights
 
 def _fan_in(shape, split: str) -> int:
   if len(shape) == 5:  # conv (towers, C_in, KH, KW, F)
@@ -43,10 +40,9 @@ class TowerWeights(nn.Module):
   @nn.compact
   def __call__(self):
     split = self.layer.split
-    std = 0.01 if self.weight_init == "paper" else (2.0 / _fan_in(self.kernel_shape, split)) ** 0.5
+    std, bias_init = initial_weights(self.layer, _fan_in(self.kernel_shape, split), self.weight_init)
     kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.kernel_shape)
     bias_shape = (self.kernel_shape[-1],) if split == "sum" else (self.kernel_shape[0], self.kernel_shape[-1])
-    bias_init = self.layer.bias_init if self.weight_init == "paper" else 0.0
     bias = self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), bias_shape)
     return kernel, bias.reshape(-1)
 
@@ -65,7 +61,7 @@ class Network(nn.Module):
   tower_axis: str | None = None
   batch_axis: str | None = None  # mesh (or pmap) axis the batch is split over in every layer; None: not split
   dtype: Any = jnp.float32  # compute dtype; parameters stay float32
-  # 'paper': N(0, 0.01) and the table's biases; 'he': N(0, 2/fan_in) and zero biases, which trains small nets faster
+  # networks.initial_weights: 'paper' N(0, 0.01) and the table's biases; 'he' He's scale, which trains small nets faster
   weight_init: str = "paper"
   backend: str = "auto"
 

@@ -65,6 +65,17 @@ class Layer:
       raise ValueError(f"layer {self.name}: place='model' is for fc layers and their dropout")
 
 
+INITS = ("paper", "he")
+
+
+def initial_weights(layer: Layer, fan_in: int, weight_init: str) -> tuple[float, float]:
+  """(std of the kernel's normal draws, bias value) of `layer` under `weight_init`: 'paper' N(0, 0.01) and the
+  table's biases; 'he' N(0, 2/fan_in) (He et al. 2015) and zero biases."""
+  if weight_init == "paper":
+    return 0.01, layer.bias_init
+  return (2.0 / fan_in) ** 0.5, 0.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Table:
   """A network: its layers in order, and the towers that every weighted layer is split over."""

@@ -5,7 +5,9 @@ Their recipe: batch 256, SGD momentum 0.9, weight decay 5e-4, learning rate 0.01
 validation accuracy stopped improving, 74 epochs, dropout 0.5 in fc6 and fc7, and training images rescaled to a
 shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data settings of the paper's config.
 The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They initialised the deep nets from a
-trained VGG-11 (or, later, by Glorot's rule); He's initialisation trains VGG-16 from scratch in one run.
+trained VGG-11 (or, later, by Glorot's rule); this config uses He's initialisation. Without batch normalisation
+the net is touchy: scripts/benchmark.py, which repeats one random batch with random labels, diverges at lr 0.01 from
+He's and from torchvision's initialisation alike (tried on CPU, batch 8); a run on ImageNet is not yet made.
 """
 
 from alexnet_jax.config import paper_config
