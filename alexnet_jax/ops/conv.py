@@ -24,7 +24,9 @@ def conv2d_reference(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False)
   cuDNN (or the platform's convolution) accumulates in float32 inside. float32 and float64 inputs make it the
   accurate reference the kernels are checked against; a float32 result, asked of bfloat16 operands, would turn
   every convolution of the step, forward and backward, into a float32 one on the GPU (the cotangents follow it).
-  The CHWN dimension numbers leave the physical layouts to XLA: our code transposes no activation."""
+  The bias added in x's dtype is the pattern XLA:GPU fuses into cuDNN's convolution (with the ReLU), and XLA:GPU
+  sums its gradient over H·W·N in float32 (it widens bfloat16 reductions; XLA:CPU does not). The CHWN dimension
+  numbers leave the physical layouts to XLA: our code transposes no activation."""
   y = lax.conv_general_dilated(
       x, w.astype(x.dtype), window_strides=(stride, stride), padding=((padding, padding), (padding, padding)),
       dimension_numbers=_DIMS, feature_group_count=groups)
