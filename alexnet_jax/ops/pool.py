@@ -3,8 +3,8 @@
 Both paths keep, per output, the position of its maximum inside the window (int8, the first maximum on ties, as
 XLA's own gradient does; ties are common after ReLU). The kernel's backward pass then gathers, for each input, the
 gradients of the windows that picked it, so overlapping windows add without atomics; the XLA reference's routes
-each window offset's gradients with a strided pad, one fusion, where XLA's own gradient (select-and-scatter) is a
-scatter that took 2.6 ms of an H200's AlexNet step.
+each window offset's gradients with a strided pad, one fusion, where XLA's own gradient is a select-and-scatter (a
+2.6 ms scatter fusion in a profile of an H200's AlexNet step at batch 256).
 """
 
 import functools
