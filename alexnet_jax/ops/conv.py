@@ -13,22 +13,26 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import accumulator, dispatch, dot_precision
+from alexnet_jax.ops.backend import dispatch, dot_precision
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes, triton_kernels
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
 
 
 def conv2d_reference(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False):
-  """XLA reference; accumulates in float32 whatever the input dtype."""
+  """XLA reference, computed in x's dtype as plain XLA computes: filters, bias and result in that dtype, and
+  cuDNN (or the platform's convolution) accumulates in float32 inside. float32 and float64 inputs make it the
+  accurate reference the kernels are checked against; a float32 result, asked of bfloat16 operands, would turn
+  every convolution of the step, forward and backward, into a float32 one on the GPU (the cotangents follow it).
+  The bias added in x's dtype is the pattern XLA:GPU fuses into cuDNN's convolution (with the ReLU), and XLA:GPU
+  sums its gradient over H·W·N in float32 (it widens bfloat16 reductions; XLA:CPU does not). The CHWN dimension
+  numbers leave the physical layouts to XLA: our code transposes no activation."""
   y = lax.conv_general_dilated(
       x, w.astype(x.dtype), window_strides=(stride, stride), padding=((padding, padding), (padding, padding)),
-      dimension_numbers=_DIMS, feature_group_count=groups, preferred_element_type=accumulator(x.dtype))
+      dimension_numbers=_DIMS, feature_group_count=groups)
   if b is not None:
-    y = y + b.astype(y.dtype)[:, None, None, None]
-  if relu:
-    y = jax.nn.relu(y)
-  return y.astype(x.dtype)
+    y = y + b.astype(x.dtype)[:, None, None, None]
+  return jax.nn.relu(y) if relu else y
 
 
 def _out_shape(x_shape, w_shape, stride, padding):

@@ -4,17 +4,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax.ops.backend import accumulator, check_backend
+from alexnet_jax.ops.backend import check_backend
 
 
 def dense_reference(x, w, b=None, *, relu=False):
-  """XLA reference: y = wᵀx (+ b), accumulated in float32."""
-  y = lax.dot_general(w.astype(x.dtype), x, (((0,), (0,)), ((), ())), preferred_element_type=accumulator(x.dtype))
+  """XLA reference: y = wᵀx (+ b) in x's dtype, as conv2d_reference: the GEMM (cuBLAS) accumulates in float32
+  inside; a caller that wants a float32 sum passes float32 x (the split='sum' layer does)."""
+  y = lax.dot_general(w.astype(x.dtype), x, (((0,), (0,)), ((), ())))
   if b is not None:
-    y = y + b.astype(y.dtype)[:, None]
-  if relu:
-    y = jax.nn.relu(y)
-  return y.astype(x.dtype)
+    y = y + b.astype(x.dtype)[:, None]
+  return jax.nn.relu(y) if relu else y
 
 
 def dense(x, w, b=None, *, relu=False, backend="auto"):

@@ -18,20 +18,32 @@ from jax import lax
 from alexnet_jax.ops.backend import accumulator, dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 
+
 def _window_sum(v, n, groups):
-  """Σ over each channel's window within its group."""
-  before, after = n // 2, (n - 1) // 2
-  g = v.reshape(groups, v.shape[0] // groups, *v.shape[1:])
-  s = lax.reduce_window(g, 0.0, lax.add, (1, n, 1, 1, 1), (1,) * 5,
-                        ((0, 0), (before, after), (0, 0), (0, 0), (0, 0)))
-  return s.reshape(v.shape)
+  """Σ over each channel's window within its group: a reduce_window over each group's channels, the groups
+  concatenated back; slices and a concatenate leave XLA every layout, where a reshape to (groups, C/groups, …)
+  could pin one."""
+  before, after, size = n // 2, (n - 1) // 2, v.shape[0] // groups
+  window = lambda g: lax.reduce_window(g, 0.0, lax.add, (n, 1, 1, 1), (1,) * 4,  # noqa: E731
+                                       ((before, after), (0, 0), (0, 0), (0, 0)))
+  return jnp.concatenate([window(v[i * size:(i + 1) * size]) for i in range(groups)]) if groups > 1 else window(v)
 
 
-def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1):
-  """XLA reference, computed in float32 (float64 for float64 input)."""
+@functools.partial(jax.checkpoint, static_argnums=(1, 2, 3, 4, 5, 6))
+def _lrn(x, k, n, alpha, beta, alpha_over_n, groups):
+  # Computed in float32 (float64 for float64 input): in bfloat16, k + α·Σa² would round α·Σa² away (k = 2 leaves
+  # steps of 2^-6). Memory-bound, so the wider arithmetic costs nothing; what would cost is autodiff's float32
+  # residuals (the powers of the normaliser), so the backward pass recomputes the forward from x instead
+  # (jax.checkpoint): only x is kept, in its own dtype.
   a = x.astype(accumulator(x.dtype))
   scale = alpha / n if alpha_over_n else alpha
   return (a * (k + scale * _window_sum(a * a, n, groups)) ** -beta).astype(x.dtype)
+
+
+def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1):
+  """XLA reference, computed in float32 (float64 for float64 input) and rounded to x's dtype; its gradient
+  recomputes the forward pass rather than keeping float32 intermediates."""
+  return _lrn(x, k, n, alpha, beta, alpha_over_n, groups)
 
 
 def _fwd_launch(x, *, groups, n, k, alpha, beta):
