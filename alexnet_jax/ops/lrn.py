@@ -13,6 +13,7 @@ are normalised separately: the paper's GPUs never saw each other's maps in this 
 import functools
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax.ops.backend import accumulator, dispatch
