@@ -93,12 +93,11 @@ def build(system: System, config) -> Step:
     create, forward = functools.partial(train.create_train_state, setup, config), None
   host_batch = train.random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
   dropout_key = jax.random.key(1)
-  if system.layout == "pmap":
-    devices = list(setup.mesh.devices.flat)
-    state, batch = pmap_data.replicate(create(key), devices), pmap_data.split(host_batch, devices)
-    return Step(setup, pmap_data.train_step(setup, devices).lower(state, batch, dropout_key).compile(), state, batch,
-                dropout_key)
   batch = train.put_batch(setup.mesh, host_batch)
+  if system.layout == "pmap":
+    state, batch = pmap_data.stack(setup.mesh, create(key)), pmap_data.rows(setup.mesh, batch)
+    return Step(setup, pmap_data.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
+                dropout_key)
   step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
   # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
   # before the (on a CPU, slow) initialisation.
