@@ -439,9 +439,11 @@ def input_workers(config) -> int:
 
 def data_position(config, dataset, next_batch: int) -> dict:
   """What a checkpoint records of the input pipeline: the next batch's index, and the settings without which that
-  index would name different examples."""
+  index would name different examples. The number of processes is not one: each reads its rows of the same global
+  batch (process_rows), so a run resumes on more or fewer processes. (Checkpoints written before this still record
+  `processes`; check_position reads only what this lists.)"""
   return dict(next_batch=next_batch, dataset=config.dataset.name, num_train=dataset.num_train,
-              batch_size=config.batch_size, seed=config.seed, processes=jax.process_count())
+              batch_size=config.batch_size, seed=config.seed)
 
 
 def check_position(saved: dict, now: dict) -> None:
