@@ -5,7 +5,7 @@ Every device holds the whole state (pmap's leading device axis) and takes its co
 each computes the loss of its rows, the gradients are averaged over the pmap axis and every device applies the same
 update. The network runs all towers locally and numbers its examples by the pmap axis (model.Network's batch_axis),
 so its dropout masks are those of the global batch: a step gives the numbers of train.train_step under
-strategy='data' on as many devices (tests/test_strategies.py, tests/test_train.py).
+strategy='data' on as many devices (tests/test_strategies.py; training in two processes, tests/test_multihost.py).
 
 The devices are the setup's mesh, in its order; the state and batches move between the mesh's layout (where
 checkpoints, evaluation and pictures hold the state, and where the input pipeline puts each batch) and pmap's without
@@ -71,7 +71,9 @@ def train_step(setup: train.Setup):
       return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean(), logits
 
     (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grads = lax.pmean(grads, AXIS)  # every device's rows weigh the same: the mean of means is the global mean
+    # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
+    # scope, so that the compiled step's all-reduces say whose gradients they carry (comm.measured).
+    grads = {name: _named_pmean(name, g) for name, g in grads.items()}
     updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = lax.psum(train.metrics_of(logits, batch["label"]), AXIS) | dict(learning_rate=setup.schedule(state.step))
@@ -81,6 +83,11 @@ def train_step(setup: train.Setup):
   # The metrics are the same on every device (summed, or of the same step): one copy comes back, not one per device.
   return jax.pmap(step, axis_name=AXIS, in_axes=(0, 0, None), out_axes=(0, None),
                   devices=list(setup.mesh.devices.flat), donate_argnums=0)
+
+
+def _named_pmean(name: str, tree):
+  with jax.named_scope(name):
+    return lax.pmean(tree, AXIS)
 
 
 def stepping(setup: train.Setup) -> train.Stepping:
