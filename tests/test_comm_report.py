@@ -43,7 +43,8 @@ def test_report_places_the_towers_as_the_benchmark_on_eight_devices(tmp_path):
   out = tmp_path / "report.json"
   run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py",
                         "--config.width=0.0625", "--config.image_size=64", "--config.cpu_devices=8", "--devices=8",
-                        "--strategies=tower", "--batches=16", f"--json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        "--strategies=tower", "--batches=16", f"--json={out}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
   assert run.returncode == 0, run.stderr[-2000:]
   records = json.loads(out.read_text())
   # Issue 14's row (b): the towers × data parallelism over the pairs (tests/test_scaling.py times the others).
