@@ -10,6 +10,7 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
+PARALLEL_APIS = ("shard_map", "pmap")
 
 
 def paper_config() -> ml_collections.ConfigDict:
@@ -29,6 +30,9 @@ def paper_config() -> ml_collections.ConfigDict:
   # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
   # mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
   c.strategy = "tower"
+  # How the train step is written: 'shard_map' (every strategy), or 'pmap' (jax.pmap and lax.pmean, pmap_data.py:
+  # strategy 'data' only, for those who study pmap).
+  c.parallel_api = "shard_map"
   c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs"), over all processes of a run
   # Several processes (distributed.py, README Multi-host): process 0's host:port, the number of processes and this
   # one's id (unset: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), or detect=True under Slurm, Open
@@ -138,6 +142,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not isinstance(drops, tuple | list) or not all(_is_number(e, False) and e >= 0 for e in drops):
     raise ValueError(f"config.lr_drop_epochs must be a tuple of epochs (finite numbers ≥ 0), got {drops!r}")
   _choices(config, "strategy", (*networks.STRATEGIES, "table"))
+  _choices(config, "parallel_api", PARALLEL_APIS)
+  if config.parallel_api == "pmap" and config.strategy != "data":
+    raise ValueError(f"config.parallel_api='pmap' is data parallelism: it needs config.strategy='data', got "
+                     f"{config.strategy!r}")
   data, model = config.mesh.data, config.mesh.model
   if config.strategy == "tower" and config.towers % model:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")

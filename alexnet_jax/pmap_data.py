@@ -1,46 +1,64 @@
-"""Data parallelism with `jax.pmap` and `lax.pmean`, beside the shard_map strategy 'data', for users who study pmap.
+"""Data parallelism with `jax.pmap` and `lax.pmean`, beside the shard_map strategy 'data', for users who study pmap
+(`--config.parallel_api=pmap`, or the benchmark's IMPL:pmap systems).
 
 Every device holds the whole state (pmap's leading device axis) and takes its consecutive rows of the global batch;
 each computes the loss of its rows, the gradients are averaged over the pmap axis and every device applies the same
 update. The network runs all towers locally and numbers its examples by the pmap axis (model.Network's batch_axis),
 so its dropout masks are those of the global batch: a step gives the numbers of train.train_step under
-strategy='data' on as many devices (tests/test_strategies.py).
+strategy='data' on as many devices (tests/test_strategies.py; training in two processes, tests/test_multihost.py).
+
+The devices are the setup's mesh, in its order; the state and batches move between the mesh's layout (where
+checkpoints, evaluation and pictures hold the state, and where the input pipeline puts each batch) and pmap's without
+leaving the devices: each device already holds its replica and its rows.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
+from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import train
+from alexnet_jax import guard, train
 from alexnet_jax.data import device_augment
 
 AXIS = "batch"
 
 
-def _stacked(devices) -> NamedSharding:
-  """A leading axis of one entry per device, as pmap takes its mapped arguments."""
-  return NamedSharding(Mesh(np.array(list(devices)), (AXIS,)), P(AXIS))
+def _per_device(mesh, fn, in_spec: P, out_spec: P):
+  """fn applied by every device of the mesh to its own block of each array of a pytree, no collective (pmap's device
+  d is the mesh's device d in its flat order: the spec ('data', 'model'))."""
+  return jax.jit(jax.shard_map(lambda tree: jax.tree.map(fn, tree), mesh=mesh, in_specs=in_spec, out_specs=out_spec,
+                               check_vma=False))
 
 
-def replicate(state: train.TrainState, devices) -> train.TrainState:
-  """The state on every device, stacked on a leading device axis (host values, or arrays of any placement)."""
-  host = jax.device_get(state)
-  return jax.device_put(jax.tree.map(lambda x: np.stack([x] * len(devices)), host), _stacked(devices))
+def _devices_spec(mesh) -> P:
+  return P(tuple(mesh.axis_names))
 
 
-def split(batch: dict, devices) -> dict:
-  """A host batch as pmap takes it: (devices, rows per device, …), device d holding rows d·n … (d+1)·n − 1."""
-  d = len(devices)
-  stacked = {k: np.asarray(v).reshape(d, -1, *np.shape(v)[1:]) for k, v in batch.items()}
-  return jax.device_put(stacked, _stacked(devices))
+def stack(mesh, state):
+  """A state replicated on the mesh as pmap takes it: a leading axis of one replica per device."""
+  return _per_device(mesh, lambda x: x[None], P(), _devices_spec(mesh))(state)
 
 
-def train_step(setup: train.Setup, devices):
-  """The pmapped step: (replicated state, split batch, key) → (replicated state, metrics summed over devices)."""
+def unstack(mesh, stacked):
+  """pmap's stacked replicas as one state replicated on the mesh (each device keeps its own replica: they are
+  equal). Under several processes pmap gives each its own devices' replicas, which are made one global array
+  first."""
+  stacked = multihost_utils.host_local_array_to_global_array(stacked, mesh, _devices_spec(mesh))
+  return _per_device(mesh, lambda x: x[0], _devices_spec(mesh), P())(stacked)
+
+
+def rows(mesh, batch: dict) -> dict:
+  """A batch spread over the mesh by rows (train.put_batch) as pmap takes it: (devices, rows per device, …)."""
+  return _per_device(mesh, lambda x: x[None], _devices_spec(mesh), _devices_spec(mesh))(batch)
+
+
+def train_step(setup: train.Setup):
+  """The pmapped step over the setup mesh's devices: (stacked state, stacked batch, key) → (stacked state, metrics
+  summed over the devices, as train.train_step gives them)."""
   net = setup.net.clone(tower_axis=None, batch_axis=AXIS)
 
   def step(state, batch, key):
@@ -53,10 +71,28 @@ def train_step(setup: train.Setup, devices):
       return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean(), logits
 
     (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grads = lax.pmean(grads, AXIS)  # every device's rows weigh the same: the mean of means is the global mean
+    # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
+    # scope, so that the compiled step's all-reduces say whose gradients they carry (comm.measured).
+    grads = {name: _named_pmean(name, g) for name, g in grads.items()}
     updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = lax.psum(train.metrics_of(logits, batch["label"]), AXIS) | dict(learning_rate=setup.schedule(state.step))
+    metrics |= guard.step_health(state.step, metrics["loss"])
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
-  return jax.pmap(step, axis_name=AXIS, in_axes=(0, 0, None), devices=list(devices), donate_argnums=0)
+  # The metrics are the same on every device (summed, or of the same step): one copy comes back, not one per device.
+  return jax.pmap(step, axis_name=AXIS, in_axes=(0, 0, None), out_axes=(0, None),
+                  devices=list(setup.mesh.devices.flat), donate_argnums=0)
+
+
+def _named_pmean(name: str, tree):
+  with jax.named_scope(name):
+    return lax.pmean(tree, AXIS)
+
+
+def stepping(setup: train.Setup) -> train.Stepping:
+  """The training loop's step with pmap (train.stepping): batches by rows stacked on the way in, the state stacked
+  on entry and unstacked to be saved, evaluated or drawn."""
+  pmapped, mesh = train_step(setup), setup.mesh
+  return train.Stepping(lambda state, batch, key: pmapped(state, rows(mesh, batch), key),
+                        functools.partial(stack, mesh), functools.partial(unstack, mesh))

@@ -2,12 +2,14 @@
 
 A system is `IMPL:LAYOUT`. IMPL is one of our kernel backends (`triton`, `xla`, `auto`, `interpret`: the config's
 network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss,
-input and SGD-momentum update. LAYOUT places it on the devices, whatever the config's mesh says:
+input and SGD-momentum update. LAYOUT places it on N devices (the first N; all by default), whatever the config's
+mesh says:
 
-  split   the paper's towers, one per device (strategy tower, mesh model=towers, data=1)
-  dp      data parallelism: every tower on every device, the batch split over all devices (model=1, data=all)
+  split   the paper's towers, one per device, and data parallelism over the pairs (strategy tower, mesh
+          model=towers, data=N/towers: on 2 devices the paper; on one, both towers there)
+  dp      data parallelism: every tower on every device, the batch split over all devices (model=1, data=N)
   hybrid  Krizhevsky 2014: convolutions data-parallel over every device, fc layers split over them (strategy
-          hybrid, model=all, data=1; ours only)
+          hybrid, model=N, data=1; ours only)
   pmap    dp written with jax.pmap and lax.pmean (pmap_data.py; ours only)
   one     every tower on one device (model=1, data=1)
 
@@ -49,18 +51,28 @@ class System:
     return f"{self.impl}:{self.layout}"
 
 
+STRATEGIES = dict(split="tower", dp="data", hybrid="hybrid", pmap="data", one="data")  # each layout's strategy
+
+
+def mesh_shape(layout: str, towers: int, devices: int) -> tuple[int, int]:
+  """(model, data): the mesh a layout spreads over `devices` devices (the module's docstring)."""
+  if layout == "split":
+    model = min(towers, devices)
+    if devices % model:
+      raise ValueError(f"layout split spreads {towers} towers over a multiple of {model} devices, not {devices}")
+    return model, devices // model
+  return {"dp": (1, devices), "hybrid": (devices, 1), "pmap": (1, devices), "one": (1, 1)}[layout]
+
+
 def configured(system: System, config, devices: int):
-  """A validated copy of `config` for the system on `devices` devices: its backend and mesh."""
+  """A validated copy of `config` for the system on `devices` devices: its backend, strategy and mesh."""
   c = config.copy_and_resolve_references()
   if system.impl != "plain":
     c.kernel_backend = system.impl
   elif system.layout in ("hybrid", "pmap"):
     raise ValueError(f"system {system}: the plain network has no {system.layout} layout; time ours with it")
-  c.strategy = {"split": "tower", "hybrid": "hybrid"}.get(system.layout, "data")
-  c.mesh.model, c.mesh.data = {"split": (c.towers, 1), "dp": (1, devices), "hybrid": (devices, 1),
-                               "pmap": (1, devices), "one": (1, 1)}[system.layout]
-  if c.mesh.model * c.mesh.data > devices:
-    raise ValueError(f"system {system} needs {c.mesh.model * c.mesh.data} devices, but {devices} are available")
+  c.strategy = STRATEGIES[system.layout]
+  c.mesh.model, c.mesh.data = mesh_shape(system.layout, c.towers, devices)
   return validate(c)
 
 
@@ -75,9 +87,13 @@ class Step:
   key: jax.Array
 
 
-def build(system: System, config) -> Step:
-  """The system's train step for `config`, compiled, with its initial state and a random batch on the mesh."""
-  config = configured(system, config, jax.device_count())
+def build(system: System, config, devices: int | None = None) -> Step:
+  """The system's train step for `config` on the first `devices` devices (default: all), compiled, with its initial
+  state and a random batch on the mesh."""
+  available = jax.device_count()
+  if (devices or available) > available:
+    raise ValueError(f"system {system} on {devices} devices: {available} are available")
+  config = configured(system, config, devices or available)
   classes = config.dataset.num_classes or 1000
   setup = train.make_setup(config, classes, config.dataset.num_train_examples or IMAGENET_TRAIN)
   key = jax.random.key(config.seed)
@@ -93,12 +109,11 @@ def build(system: System, config) -> Step:
     create, forward = functools.partial(train.create_train_state, setup, config), None
   host_batch = train.random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
   dropout_key = jax.random.key(1)
-  if system.layout == "pmap":
-    devices = list(setup.mesh.devices.flat)
-    state, batch = pmap_data.replicate(create(key), devices), pmap_data.split(host_batch, devices)
-    return Step(setup, pmap_data.train_step(setup, devices).lower(state, batch, dropout_key).compile(), state, batch,
-                dropout_key)
   batch = train.put_batch(setup.mesh, host_batch)
+  if system.layout == "pmap":
+    state, batch = pmap_data.stack(setup.mesh, create(key)), pmap_data.rows(setup.mesh, batch)
+    return Step(setup, pmap_data.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
+                dropout_key)
   step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
   # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
   # before the (on a CPU, slow) initialisation.

@@ -278,6 +278,27 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   return metrics_of(jnp.log(probs + 1e-30), labels, mask)  # finite loss where a mean is 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Stepping:
+  """How the training loop steps: `step(state, batch, key)` → (state, metrics) on batches from put_batch, and the
+  state as the step holds it (`enter`) from the state as checkpoints, evaluation and pictures hold it, and back
+  (`leave`)."""
+
+  step: Any
+  enter: Any = lambda state: state
+  leave: Any = lambda state: state
+
+
+def stepping(config, setup: Setup) -> Stepping:
+  """train_step jitted, or under config.parallel_api='pmap' pmap's data parallelism (pmap_data.py), which holds a
+  replica of the state per device."""
+  if config.parallel_api == "pmap":
+    from alexnet_jax import pmap_data  # noqa: PLC0415  (it builds on this module)
+
+    return pmap_data.stepping(setup)
+  return Stepping(jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0))
+
+
 def summarise(sums: dict) -> dict:
   """Per-example means from summed metrics: loss, top-1 and top-5 accuracy."""
   n = max(float(sums["count"]), 1.0)
@@ -335,11 +356,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
   if writer and start == 0:
     writer.write_config(config)
-  p_train_step = jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0)
+  steps = stepping(config, setup)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
   print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
+  state = steps.enter(state)
 
   batches = train_batches(dataset, config.batch_size, rows=process_rows(setup.mesh, config.batch_size))
   batches_on_device = Feed(iterate(batches, start, input_workers(config)), device_put_fn(config, setup, dataset))
@@ -350,7 +372,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   for step in range(start, setup.total_steps):
     batch, skipped_here = next(batches_on_device)
     skipped += skipped_here
-    state, m = p_train_step(state, batch, key)
+    state, m = steps.step(state, batch, key)
     del batch  # on CPU it can be a view of a worker's shared memory, which Grain releases when it is let go
     lr = m.pop("learning_rate")
     sums = guard.accumulate(sums, m)
@@ -373,15 +395,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       saving, diverged = False, (done, "a non-finite state")
     if evaluating or saving:
       jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
-      pause = time.time()
+      pause, held = time.time(), steps.leave(state)
     if evaluating:
-      eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
+      eval_metrics = evaluate(held, dataset, config, p_eval_step, setup.mesh)
       if writer:
         writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
     if saving:
-      checkpoints.save(manager, done, state, data_position(config, dataset, done))
+      checkpoints.save(manager, done, held, data_position(config, dataset, done))
     if evaluating or saving:
       t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
@@ -396,6 +418,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
   if signalled:
     raise guard.Interrupted(signalled, done, manager.directory)
+  state = steps.leave(state)
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.mesh)
   colour = write_pictures(workdir, setup, state)
@@ -416,9 +439,11 @@ def input_workers(config) -> int:
 
 def data_position(config, dataset, next_batch: int) -> dict:
   """What a checkpoint records of the input pipeline: the next batch's index, and the settings without which that
-  index would name different examples."""
+  index would name different examples. The number of processes is not one: each reads its rows of the same global
+  batch (process_rows), so a run resumes on more or fewer processes. (Checkpoints written before this still record
+  `processes`; check_position reads only what this lists.)"""
   return dict(next_batch=next_batch, dataset=config.dataset.name, num_train=dataset.num_train,
-              batch_size=config.batch_size, seed=config.seed, processes=jax.process_count())
+              batch_size=config.batch_size, seed=config.seed)
 
 
 def check_position(saved: dict, now: dict) -> None:

@@ -2,7 +2,8 @@
 
   python scripts/benchmark.py --config configs/alexnet_2gpu.py [--config.key=value …]
       [--systems triton:split,xla:split,triton:dp,triton:one,plain:split,plain:dp,plain:one] [--dtypes bfloat16]
-      [--batches 128,512,1024] [--steps 20] [--windows 5] [--peak_tflops 790] [--json OUT.json]
+      [--batches 128,512,1024 | --per_device_batches 128] [--devices 1,2,4,8] [--steps 20] [--windows 5]
+      [--peak_tflops 790] [--json OUT.json]
 
 Systems (alexnet_jax/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network with
 that kernel backend, `plain` the same table written as a JAX user would with plain XLA (alexnet_jax/baseline.py:
@@ -14,7 +15,11 @@ The strategies lab's rows: --systems triton:split,xla:split,triton:dp,xla:dp,tri
 xla:hybrid. Both sides run the same loss, input (random
 stored-size images, crops cut on the device) and optimiser; only the network differs.
 
-The dtypes and batch sizes default to the config's. Each system × dtype × global batch runs in a process of its own
+The dtypes and batch sizes default to the config's: --batches are global batches, --per_device_batches are per device
+(the global batch is that × the devices the system's layout uses). --devices times every system on the first N
+devices for each N given (default: all of them), so that one machine of 8 GPUs gives the rows of 1, 2, 4 and 8;
+scripts/scaling_report.py tables and plots the rows of such runs. Each system × devices × dtype × batch runs in a
+process of its own
 (--noseparate: all in this one), so each has the devices to itself and its memory peak is its own. Throughput:
 --steps steps dispatched back to back with one wait at the end, as training runs them; the median time per step of
 --windows such windows, and their spread (slowest minus fastest window, over the median); 3 warm-up steps first.
@@ -33,6 +38,7 @@ Prints a table; writes the rows as JSON.
 """
 
 import json
+import math
 import os
 import re
 import statistics
@@ -50,9 +56,11 @@ ALL_SYSTEMS = ["triton:split", "xla:split", "triton:dp", "triton:one", "plain:sp
 
 cli.define_config("a configs/*.py file")
 flags.DEFINE_list("systems", ALL_SYSTEMS, "IMPL:LAYOUT systems to time (IMPL: plain or a kernel backend; LAYOUT: "
-                  "split, dp or one)")
+                  "split, dp, hybrid, pmap or one)")
 flags.DEFINE_list("dtypes", [], "compute dtypes to time (default: the config's)")
 flags.DEFINE_list("batches", [], "global batch sizes to time (default: the config's)")
+flags.DEFINE_list("per_device_batches", [], "batch sizes per device to time, instead of --batches")
+flags.DEFINE_list("devices", [], "device counts to time each system on, the first N devices (default: all)")
 flags.DEFINE_integer("steps", 20, "steps per timed window")
 flags.DEFINE_integer("windows", 5, "timed windows of back-to-back steps")
 flags.DEFINE_float("peak_tflops", 790.0, "peak TFLOP/s of one device for MFU (790: an H200's bf16, as issue 10)")
@@ -90,13 +98,13 @@ def _first(value) -> float:
   return float(np.ravel(value)[0])
 
 
-def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dict:
-  """Builds the system's step for `config` in this process and times it."""
+def measure(system, config, devices: int | None, steps: int, windows: int, peak_tflops: float) -> dict:
+  """Builds the system's step for `config` on the first `devices` devices (None: all) in this process and times it."""
   import jax  # noqa: PLC0415  (the parent of --separate runs never starts a backend: its children need the devices)
 
   from alexnet_jax import systems  # noqa: PLC0415
 
-  s = systems.build(system, config)
+  s = systems.build(system, config, devices)
   compiled, state, batch, key = s.compiled, s.state, s.batch, s.key
   for _ in range(3):
     state, m = compiled(state, batch, key)
@@ -119,6 +127,7 @@ def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dic
   ms, b = statistics.median(pipelined) * 1e3, config.batch_size
   flops = systems.train_flops_per_image(s.setup.net.table, config.image_size)
   return dict(devices=len(devices), mesh=dict(s.setup.mesh.shape), dtype=config.dtype, batch=b,
+              per_device_batch=b // len(devices),
               image_size=config.image_size, width=config.width, step_ms=ms,
               window_spread=(max(pipelined) - min(pipelined)) * 1e3 / ms, images_per_s=b / ms * 1e3,
               blocked_step_ms=statistics.median(blocked) * 1e3, flops_per_image=flops,
@@ -129,31 +138,41 @@ def measure(system, config, steps: int, windows: int, peak_tflops: float) -> dic
               collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind)
 
 
-def run_here(system, dtype, batch, args) -> dict:
+def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
+  """What a row says of itself before it is run: its global batch, or its batch per device."""
+  return dict(config=cli.config_name(), system=str(system), dtype=dtype, batch=None if per_device else batch,
+              per_device_batch=batch if per_device else None, devices=devices)
+
+
+def run_here(system, dtype, batch, per_device: bool, devices: int | None, args) -> dict:
   import jax  # noqa: PLC0415
 
   from alexnet_jax import systems  # noqa: PLC0415
 
-  config = args.config.copy_and_resolve_references()
-  config.dtype, config.batch_size = dtype, batch
-  head = dict(config=cli.config_name(), system=str(system), dtype=dtype, batch=batch)
+  row = head(system, dtype, batch, per_device, devices)
   try:
-    return head | measure(systems.System.parse(system), config, args.steps, args.windows, args.peak_tflops)
+    system = systems.System.parse(system)
+    config = args.config.copy_and_resolve_references()
+    if per_device:
+      batch *= math.prod(systems.mesh_shape(system.layout, config.towers, devices or jax.device_count()))
+    config.dtype, config.batch_size, config.eval_batch_size, row["batch"] = dtype, batch, batch, batch
+    return row | measure(system, config, devices, args.steps, args.windows, args.peak_tflops)
   except (ValueError, jax.errors.JaxRuntimeError) as e:  # a system that cannot run here, or runs out of memory
-    return head | dict(error=" ".join(str(e).split())[:300])
+    return row | dict(error=" ".join(str(e).split())[:300])
 
 
-def run_apart(system, dtype, batch) -> dict:
+def run_apart(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
   """run_here in a child process: this script again on the same command line, narrowed to one row."""
+  narrowed = [f"--systems={system}", f"--dtypes={dtype}", f"--{'per_device_batches' if per_device else 'batches'}="
+              f"{batch}", *([f"--devices={devices}"] if devices else []), "--noseparate"]
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
-    child = subprocess.run([sys.executable, *sys.argv, f"--systems={system}", f"--dtypes={dtype}",
-                            f"--batches={batch}", "--noseparate", f"--json={out}"], capture_output=True, text=True)
+    child = subprocess.run([sys.executable, *sys.argv, *narrowed, f"--json={out}"], capture_output=True, text=True)
     if os.path.exists(out):
       with open(out) as f:
         return json.load(f)[0]
-  return dict(config=cli.config_name(), system=system, dtype=dtype, batch=batch,
-              error=why_it_failed(child.stderr, child.returncode)[:300])
+  return head(system, dtype, batch, per_device, devices) | dict(error=why_it_failed(child.stderr,
+                                                                                     child.returncode)[:300])
 
 
 def why_it_failed(stderr: str, returncode: int) -> str:
@@ -165,15 +184,15 @@ def why_it_failed(stderr: str, returncode: int) -> str:
 
 
 def compare(rows: list[dict]) -> None:
-  """Adds vs_plain (images/s over the plain system of the same layout, dtype and batch) and vs_one_device (over the
-  same implementation's `one` row)."""
-  rate = {(r["system"], r["dtype"], r["batch"]): r["images_per_s"] for r in rows if "error" not in r}
+  """Adds vs_plain (images/s over the plain system of the same layout, dtype, batch and devices) and vs_one_device
+  (over the same implementation's `one` row of that dtype and batch)."""
+  rate = {(r["system"], r["dtype"], r["batch"], r["devices"]): r["images_per_s"] for r in rows if "error" not in r}
   for r in rows:
     if "error" in r:
       continue
     impl, layout = r["system"].split(":")
-    plain = rate.get((f"plain:{layout}", r["dtype"], r["batch"]))
-    one = rate.get((f"{impl}:one", r["dtype"], r["batch"]))
+    plain = rate.get((f"plain:{layout}", r["dtype"], r["batch"], r["devices"]))
+    one = rate.get((f"{impl}:one", r["dtype"], r["batch"], 1))
     r["vs_plain"] = r["images_per_s"] / plain if plain else None
     r["vs_one_device"] = r["images_per_s"] / one if one and layout != "one" else None
 
@@ -193,7 +212,8 @@ def table(rows: list[dict]) -> str:
                f"{'blocked':>8} {'MFU':>6} {'step GiB':>8} {'peak GiB':>8} {'×plain':>6} {'×1 dev':>6}  loss")
   for r in rows:
     if "error" in r:
-      lines.append(f"{r['system']:13} {'':3} {r['dtype']:9} {r['batch']:5d}  error: {r['error']}")
+      batch = num(r["batch"], "5d") if r["batch"] else f"{r['per_device_batch']}/dev"
+      lines.append(f"{r['system']:13} {num(r['devices'], '3d'):>3} {r['dtype']:9} {batch:>5}  error: {r['error']}")
       continue
     lines.append(f"{r['system']:13} {r['devices']:3d} {r['dtype']:9} {r['batch']:5d} {r['images_per_s']:9,.0f} "
                  f"{r['step_ms']:8.3f} {r['window_spread']:6.1%} {r['blocked_step_ms']:8.3f} {r['mfu']:6.1%} "
@@ -201,7 +221,8 @@ def table(rows: list[dict]) -> str:
                  f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}")
   for r in done:
     if r["collective_bytes"]:
-      lines.append(f"\n{r['system']} ({r['dtype']}, batch {r['batch']}): cross-device bytes per step")
+      lines.append(f"\n{r['system']} ({r['devices']} devices, {r['dtype']}, batch {r['batch']}): cross-device bytes "
+                   "per step")
       lines += [f"  {k:40} {v / 2**20:10.2f} MiB" for k, v in sorted(r["collective_bytes"].items())]
   return "\n".join(lines)
 
@@ -218,17 +239,23 @@ def main(argv):
     dtypes = args.dtypes or [args.config.dtype]
     if bad := [d for d in dtypes if d not in DTYPES]:
       raise ValueError(f"--dtypes: {', '.join(bad)} not among {', '.join(DTYPES)}")
-    batches = [int(b) for b in args.batches] or [args.config.batch_size]
-    if min(batches) < 1 or args.steps < 1 or args.windows < 1:
-      raise ValueError("--batches, --steps and --windows must be positive integers")
+    if args.batches and args.per_device_batches:
+      raise ValueError("give --batches (global) or --per_device_batches, not both")
+    per_device = bool(args.per_device_batches)
+    batches = [int(b) for b in args.batches or args.per_device_batches] or [args.config.batch_size]
+    device_counts = [int(n) for n in args.devices] or [None]  # None: every device
+    if min(batches) < 1 or min(n or 1 for n in device_counts) < 1 or args.steps < 1 or args.windows < 1:
+      raise ValueError("--batches, --per_device_batches, --devices, --steps and --windows must be positive integers")
   except ValueError as e:
     sys.exit(f"error: {e}")
   rows = []
-  for batch in batches:
-    for dtype in dtypes:
-      for system in args.systems:
-        rows.append(run_apart(system, dtype, batch) if args.separate else run_here(system, dtype, batch, args))
-        print(json.dumps(rows[-1]), flush=True)
+  for devices in device_counts:
+    for batch in batches:
+      for dtype in dtypes:
+        for system in args.systems:
+          rows.append(run_apart(system, dtype, batch, per_device, devices) if args.separate else
+                      run_here(system, dtype, batch, per_device, devices, args))
+          print(json.dumps(rows[-1]), flush=True)
   compare(rows)
   print("\n" + table(rows))
   if args.json:

@@ -37,3 +37,20 @@ def test_a_combined_all_reduce_is_split_by_the_layers_it_carries():
           'metadata={op_name="jit(step)/(t/Network/fc6/w:t/Network/conv3/w:reduce_sum)"}')
   (c,) = hlo.collectives(line)
   assert c.bytes == 36 and c.by_layer(["conv3", "fc6"]) == {"fc6": 8, "conv3": 24, "input+loss": 4}
+
+
+def test_report_places_the_towers_as_the_benchmark_on_eight_devices(tmp_path):
+  out = tmp_path / "report.json"
+  run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py",
+                        "--config.width=0.0625", "--config.image_size=64", "--config.cpu_devices=8", "--devices=8",
+                        "--strategies=tower", "--batches=16", f"--json={out}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+  assert run.returncode == 0, run.stderr[-2000:]
+  records = json.loads(out.read_text())
+  # Issue 14's row (b): the towers × data parallelism over the pairs (tests/test_scaling.py times the others).
+  assert {(r["mesh"]["data"], r["mesh"]["model"]) for r in records} == {(4, 2)}
+  assert all(r["bytes"] == r["analytic_bytes"] for r in records if r["layer"] != "input+loss"), records
+  # fc8's partial logits are summed over the towers, its gradient over the pairs' data shards.
+  assert {(r["kind"], r["participants"]) for r in records if r["layer"] == "fc8"} == {
+      ("all-reduce", 2), ("all-reduce", 4)}
+  assert "| tower | 16 | 4 × 2 |" in run.stdout

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from alexnet_jax import parallel, pmap_data, train
-from alexnet_jax.config import paper_config
+from alexnet_jax.config import paper_config, validate
 from alexnet_jax.model import Network
 from alexnet_jax.networks import Layer, Table, alexnet, with_strategy
 
@@ -62,14 +62,23 @@ def test_every_strategy_on_two_devices_trains_as_one_device(strategy, model, dat
 def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
   config = tiny_config("data", 1, 2)
   setup = train.make_setup(config, 10, 1000)
-  devices = jax.devices()[:2]
-  state = pmap_data.replicate(train.create_train_state(setup, config, jax.random.key(0)), devices)
-  batch = pmap_data.split(train.random_batch(B, 64, 10, size=72), devices)
-  step = pmap_data.train_step(setup, devices)
+  state = pmap_data.stack(setup.mesh, train.create_train_state(setup, config, jax.random.key(0)))
+  batch = pmap_data.rows(setup.mesh, train.put_batch(setup.mesh, train.random_batch(B, 64, 10, size=72)))
+  assert state.params["fc8"]["bias"].shape == (2, 10) and batch["image"].shape == (2, B // 2, 72, 72, 3)
+  step = pmap_data.train_step(setup)
   for _ in range(2):
     state, metrics = step(state, batch, jax.random.key(1))
-  assert int(metrics["count"][0]) == B and int(state.step[1]) == 2
+  assert int(metrics["count"]) == B and int(state.step[1]) == 2  # one copy of the metrics, a replica per device
   assert_same(jax.tree.map(lambda x: np.asarray(x[1]), state.params), one_device)
+  assert_same(jax.tree.map(np.asarray, pmap_data.unstack(setup.mesh, state).params), one_device)
+
+
+def test_pmap_is_refused_for_strategies_other_than_data_in_one_line():
+  config = tiny_config("hybrid", 2, 1)
+  config.parallel_api = "pmap"
+  with pytest.raises(ValueError, match=r"^config.parallel_api='pmap' is data parallelism: it needs "
+                     r"config.strategy='data', got 'hybrid'$"):
+    validate(config)
 
 
 FOUR_DEVICES = """
