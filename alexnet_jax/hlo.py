@@ -5,9 +5,14 @@ import math
 import re
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
-_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
 _OP = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
+def itemsize(dtype: str) -> int:
+  """Bytes per element of an HLO element type: bf16 2, f32 4, s8 1, pred 1, …"""
+  bits = re.match(r"[a-z]+(\d+)", dtype)
+  return int(bits.group(1)) // 8 if bits else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +68,7 @@ def collectives(hlo_text: str) -> list[Collective]:
     if not m or "-done(" in line:
       continue
     shape, kind = m.groups()
-    sizes = [_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(shape)]
+    sizes = [itemsize(t) * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(shape)]
     group = _group_size(line)
     if f"{kind}-start(" in line and kind in ("all-gather", "reduce-scatter"):
       # An async start returns (operands…, results…): the whole tensor is the results of a gather and the

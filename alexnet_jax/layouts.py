@@ -5,7 +5,7 @@ import collections
 import math
 import re
 
-from alexnet_jax import kernel_times
+from alexnet_jax import hlo, kernel_times
 
 _LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
 _ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\](?:\{([\d,]*))?")
@@ -23,12 +23,6 @@ def _operand(text: str, types: dict):
   """An operand's type: written before its name (XLA:GPU prints them so), or its instruction's (XLA:CPU)."""
   name = _OPERAND.search(text)
   return _array(text) or (types.get(name.group(1)) if name else None)
-
-
-def _itemsize(dtype: str) -> int:
-  """Bytes per element of an HLO element type: bf16 2, f32 4, pred 1, …"""
-  bits = re.match(r"[a-z]+(\d+)", dtype)
-  return int(bits.group(1)) // 8 if bits else 1
 
 
 def _moves_data(opcode: str, rest: str, layout: str, source: str) -> bool:
@@ -56,7 +50,7 @@ def census(hlo_text: str, layer_names, min_bytes: int, batch: int) -> dict:
       scatters[opcode] += 1
     elif opcode in ("transpose", "copy") and operands and operands[0]:
       dtype, dims, layout = _array(result)
-      size = math.prod(dims) * _itemsize(dtype)
+      size = math.prod(dims) * hlo.itemsize(dtype)
       if size >= min_bytes and _moves_data(opcode, rest, layout, operands[0][2]):
         moves.append({"layer": kernel_times.layer_of(scope, layer_names) if scope else "no op_name",
                       "pass": "bwd" if "transpose(" in scope else "fwd", "op": opcode,
