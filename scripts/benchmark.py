@@ -34,7 +34,8 @@ included; the first rows' peaks carry over with --noseparate; absent on CPU). ×
 system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` row. Also the bytes each cross-device
 collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
 carries; scripts/comm_report.py lists them beside the layer table's figures).
-Prints a table; writes the rows as JSON.
+Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
+run apart, its whole process (process_s).
 """
 
 import json
@@ -104,7 +105,9 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
 
   from alexnet_jax import systems  # noqa: PLC0415
 
+  t0 = time.perf_counter()
   s = systems.build(system, config, devices)
+  build_s = time.perf_counter() - t0
   compiled, state, batch, key = s.compiled, s.state, s.batch, s.key
   for _ in range(3):
     state, m = compiled(state, batch, key)
@@ -135,7 +138,8 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               xla_flops_per_device=xla_flops(compiled), step_gib=device_bytes(compiled) / 2**30,
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
               loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
-              collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind)
+              collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind,
+              build_s=build_s)
 
 
 def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
@@ -167,10 +171,11 @@ def run_apart(system, dtype, batch, per_device: bool, devices: int | None) -> di
               f"{batch}", *([f"--devices={devices}"] if devices else []), "--noseparate"]
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
+    t0 = time.perf_counter()
     child = subprocess.run([sys.executable, *sys.argv, *narrowed, f"--json={out}"], capture_output=True, text=True)
     if os.path.exists(out):
       with open(out) as f:
-        return json.load(f)[0]
+        return json.load(f)[0] | dict(process_s=time.perf_counter() - t0)
   return head(system, dtype, batch, per_device, devices) | dict(error=why_it_failed(child.stderr,
                                                                                      child.returncode)[:300])
 
