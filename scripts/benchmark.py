@@ -33,7 +33,8 @@ donated buffers reused), "peak" the allocator's peak while the process built and
 included; the first rows' peaks carry over with --noseparate; absent on CPU). ×plain: images/s over the `plain`
 system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` row. Also the bytes each cross-device
 collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
-carries; scripts/comm_report.py lists them beside the layer table's figures).
+carries; scripts/comm_report.py lists them beside the layer table's figures), and in the JSON each collective's
+HLO line as compiled (collective_hlo, cut to 300 characters), which says what the bytes were read from.
 Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
 run apart, its whole process (process_s).
 """
@@ -103,7 +104,7 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
   """Builds the system's step for `config` on the first `devices` devices (None: all) in this process and times it."""
   import jax  # noqa: PLC0415  (the parent of --separate runs never starts a backend: its children need the devices)
 
-  from alexnet_jax import systems  # noqa: PLC0415
+  from alexnet_jax import hlo, systems  # noqa: PLC0415
 
   t0 = time.perf_counter()
   s = systems.build(system, config, devices)
@@ -129,6 +130,7 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
   stats = [d.memory_stats() for d in devices]
   ms, b = statistics.median(pipelined) * 1e3, config.batch_size
   flops = systems.train_flops_per_image(s.setup.net.table, config.image_size)
+  hlo_text = compiled.as_text()
   return dict(devices=len(devices), mesh=dict(s.setup.mesh.shape), dtype=config.dtype, batch=b,
               per_device_batch=b // len(devices),
               image_size=config.image_size, width=config.width, step_ms=ms,
@@ -138,8 +140,8 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               xla_flops_per_device=xla_flops(compiled), step_gib=device_bytes(compiled) / 2**30,
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
               loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
-              collective_bytes=collective_bytes(s.setup.net.table, compiled.as_text()), device=devices[0].device_kind,
-              build_s=build_s)
+              collective_bytes=collective_bytes(s.setup.net.table, hlo_text), device=devices[0].device_kind,
+              build_s=build_s, collective_hlo=[c.text for c in hlo.collectives(hlo_text)])
 
 
 def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:

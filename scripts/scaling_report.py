@@ -2,15 +2,16 @@
 
   python scripts/scaling_report.py ROWS.json [ROWS.json …] [--png scaling.png] [--markdown scaling.md]
 
-Rows are grouped by system and dtype; a row that several files hold (same system, dtype, devices and global batch)
-is taken from the last of them. For each batch per device that the rows share (benchmark.py --per_device_batches),
-one table: per system and device count the global batch, images/s, the scaling efficiency (images/s over the device
-count × the same system's images/s on one device at that batch per device), ms per step, GiB per device (the
-allocator's peak; on CPU, where there is none, XLA's figure for the step) and the bytes the collectives move per step,
-in all and the largest layer's; then one table of the global batch that gives each system its most images/s at each
-device count (its efficiency against the best on one device). The PNG plots images/s against devices, one line per
-system and dtype, a panel per batch per device and one for the best batch. Prints the markdown; failed rows are
-listed after the tables.
+Rows are grouped by system and dtype; a row that several files hold (same system, dtype, devices and global batch) is
+taken from the last of them. For each batch per device that the rows share (benchmark.py --per_device_batches), one
+table: per system and device count the global batch, images/s, the scaling efficiency (images/s over the device count
+× the most images/s on one device of any layout of the same implementation at that batch per device: on one device
+every layout runs the same step), ms per step, GiB per device (the allocator's peak; on CPU, where there is none,
+XLA's figure for the step) and the bytes the collectives move per step, in all and the largest layer's; then one table
+of the global batch that gives each system its most images/s at each device count (its efficiency against its
+implementation's best on one device). The PNG plots images/s against devices, one line per system and dtype (from its
+implementation's one-device point where it has none of its own), a panel per batch per device and one for the best
+batch. Prints the markdown; failed rows are listed after the tables.
 """
 
 import json
@@ -53,11 +54,19 @@ def best_batches(rows: list[dict]) -> list[dict]:
   return list(best.values())
 
 
+def _impl(r: dict) -> tuple[str, str]:
+  return r["system"].split(":")[0], r["dtype"]
+
+
 def with_efficiency(rows: list[dict]) -> list[dict]:
-  """Each row with `efficiency`: its images/s over devices × its system's images/s on one device (None without such
-  a row)."""
-  one = {_line(r): r["images_per_s"] for r in rows if r["devices"] == 1}
-  return [r | dict(efficiency=r["images_per_s"] / (r["devices"] * one[_line(r)]) if _line(r) in one else None)
+  """Each row with `efficiency`: its images/s over devices × the most images/s of a one-device row of its
+  implementation and dtype (None without one). On one device every layout runs the same step (all towers there,
+  nothing to exchange), so the fastest of them is the one-device figure to scale."""
+  one = {}
+  for r in rows:
+    if r["devices"] == 1:
+      one[_impl(r)] = max(one.get(_impl(r), 0.0), r["images_per_s"])
+  return [r | dict(efficiency=r["images_per_s"] / (r["devices"] * one[_impl(r)]) if _impl(r) in one else None)
           for r in rows]
 
 
@@ -115,8 +124,15 @@ def plot(rows: list[dict], path: str) -> None:
   several_dtypes = len({r["dtype"] for r in done}) > 1
   fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
   for ax, (title, group) in zip(axes[0], groups.items()):
+    one = {}  # each implementation's one-device point, where every line of its layouts starts
+    for r in group:
+      if r["devices"] == 1:
+        one[_impl(r)] = max(one.get(_impl(r), 0.0), r["images_per_s"])
     for line in sorted({_line(r) for r in group}):
       points = sorted((r["devices"], r["images_per_s"]) for r in group if _line(r) == line)
+      impl = (line[0].split(":")[0], line[1])
+      if points[0][0] != 1 and impl in one:
+        points.insert(0, (1, one[impl]))
       ax.plot(*zip(*points), marker="o", label=" ".join(line) if several_dtypes else line[0])
     counts = sorted({r["devices"] for r in group})
     ax.set_xscale("log", base=2)
