@@ -181,7 +181,7 @@ class Network(nn.Module):
     c_in = x.shape[0] // parts
     kernel, bias = self._weights(layer, (parts, c_in, layer.filters))
     # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
-    y = ops.dense(x.astype(jnp.float32), kernel.reshape(parts * c_in, layer.filters), backend=self.backend)
+    y = ops.dense(x, kernel.reshape(parts * c_in, layer.filters), out_dtype=jnp.float32, backend=self.backend)
     if towers or model:
       y = lax.psum(y, self.tower_axis)
     y = y + bias.astype(y.dtype)[:, None]

@@ -147,6 +147,33 @@ def test_train_step_moves_no_activation_between_layouts(model):
   assert sorted(reshaped_activations(text, "reshape", batch_first=False)) == sorted([flatten, flatten[::-1]])
 
 
+@pytest.mark.parametrize("model", [1, 2])
+def test_every_gemm_of_the_train_step_reads_bfloat16(model):
+  # A float32 operand sends XLA:GPU's GEMM to TF32 kernels (~0.3 ms of AlexNet's step at batch 512 on one H200 for
+  # fc8, whose partial logits are summed in float32): only fc8's forward result may be float32.
+  text = lowered_step_text(small_config(model))
+  gemms = re.findall(r"stablehlo\.dot_general.*?: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)", text)
+  assert len(gemms) == 9, gemms  # fc6, fc7, fc8: forward, data and weight gradient
+  assert all(a.endswith("xbf16>") and b.endswith("xbf16>") for a, b, _ in gemms), gemms
+  assert [r for *_, r in gemms if not r.endswith("xbf16>")] == [f"tensor<10x{B}xf32>"], gemms
+
+
+def test_float32_sum_of_bfloat16_dense_and_its_gradients():
+  rng = np.random.default_rng(5)
+  x, w, g = (rng.normal(size=s) for s in [(24, B), (24, 10), (10, B)])
+  xb, wb, gb = (np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64) for a in (x, w, g))  # the operands as rounded
+  y, vjp = jax.vjp(lambda x, w: ops.dense(x, w, out_dtype=jnp.float32, backend="xla"),
+                   jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.float32))
+  assert y.dtype == jnp.float32
+  np.testing.assert_allclose(y, wb.T @ xb, rtol=1e-5, atol=1e-5)  # float32 accumulation of the rounded operands
+  dx, dw = vjp(jnp.asarray(g, jnp.float32))
+  assert (dx.dtype, dw.dtype) == (jnp.bfloat16, jnp.float32)
+  np.testing.assert_allclose(np.float64(dx), wb @ gb, rtol=2e-2, atol=2e-2)  # cotangent rounded to bf16, bf16 out
+  np.testing.assert_allclose(np.float64(dw), xb @ gb.T, rtol=2e-2, atol=2e-2)
+  y64 = ops.dense(jnp.float32(x), jnp.float32(w), out_dtype=jnp.float32)  # float32 in: as before, one plain GEMM
+  np.testing.assert_allclose(y64, w.T @ x, rtol=1e-5, atol=1e-5)
+
+
 def test_census_reads_convolutions_layout_changes_and_scatters_of_gpu_hlo():
   # Lines as XLA:GPU prints them: operands with their types, layouts minor-to-major.
   text = "\n".join([

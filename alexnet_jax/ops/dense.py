@@ -1,5 +1,7 @@
 """Fully-connected layers and dropout on (features, images) activations, cuda-convnet's layout after the convs."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -7,21 +9,53 @@ from jax import lax
 from alexnet_jax.ops.backend import check_backend
 
 
-def dense_reference(x, w, b=None, *, relu=False):
+def dense_reference(x, w, b=None, *, relu=False, out_dtype=None):
   """XLA reference: y = wᵀx (+ b) in x's dtype, as conv2d_reference: the GEMM (cuBLAS) accumulates in float32
-  inside; a caller that wants a float32 sum passes float32 x (the split='sum' layer does)."""
-  y = lax.dot_general(w.astype(x.dtype), x, (((0,), (0,)), ((), ())))
+  inside. out_dtype (float32 for the split='sum' layer's partial sums) keeps the result wider than x: the GEMM still
+  runs on x's dtype, and so do both GEMMs of its gradient (see _wide_dot)."""
+  w = w.astype(x.dtype)
+  out_dtype = x.dtype if out_dtype is None else jnp.promote_types(x.dtype, out_dtype)
+  if out_dtype == x.dtype:
+    y = lax.dot_general(w, x, _FORWARD)
+  else:
+    y = _wide_dot(w, x, out_dtype)
   if b is not None:
-    y = y + b.astype(x.dtype)[:, None]
+    y = y + b.astype(y.dtype)[:, None]
   return jax.nn.relu(y) if relu else y
 
 
-def dense(x, w, b=None, *, relu=False, backend="auto"):
-  """x (F_in, N), w (F_in, F_out), b (F_out,) → (F_out, N)."""
+_FORWARD = (((0,), (0,)), ((), ()))  # w (F_in, F_out) · x (F_in, N) → (F_out, N)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _wide_dot(w, x, out_dtype):
+  """wᵀx on w's and x's dtype with a wider result. Differentiated as JAX would, the wide cotangent would meet the
+  narrow operands in mixed-dtype GEMMs that XLA runs in float32 (TF32 on a GPU: ~0.3 ms of AlexNet's step at batch
+  512 on an H200); rounded to x's dtype first, like every other layer's gradient, they run on its tensor cores."""
+  return lax.dot_general(w, x, _FORWARD, preferred_element_type=out_dtype)
+
+
+def _wide_dot_fwd(w, x, out_dtype):
+  return _wide_dot(w, x, out_dtype), (w, x)
+
+
+def _wide_dot_bwd(out_dtype, residuals, g):
+  w, x = residuals
+  g = g.astype(x.dtype)
+  dw = lax.dot_general(x, g, (((1,), (1,)), ((), ())))  # (F_in, F_out)
+  dx = lax.dot_general(w, g, (((1,), (0,)), ((), ())))  # (F_in, N)
+  return dw, dx
+
+
+_wide_dot.defvjp(_wide_dot_fwd, _wide_dot_bwd)
+
+
+def dense(x, w, b=None, *, relu=False, out_dtype=None, backend="auto"):
+  """x (F_in, N), w (F_in, F_out), b (F_out,) → (F_out, N), in out_dtype where wider than x's dtype."""
   if x.shape[0] != w.shape[0]:
     raise ValueError(f"dense: input has {x.shape[0]} features but the weights expect {w.shape[0]}")
   check_backend(backend)
-  return dense_reference(x, w, b, relu=relu)
+  return dense_reference(x, w, b, relu=relu, out_dtype=out_dtype)
 
 
 def dropout(x, rate, key):
