@@ -24,6 +24,7 @@ class Collective:
   text: str = dataclasses.field(default="", compare=False, repr=False)  # the HLO line, cut to 300 characters
   # (op_name path, bytes) of each op that XLA combined into this one, in operand order; one part if not combined
   parts: tuple[tuple[str, int], ...] = dataclasses.field(default=(), compare=False, repr=False)
+  computation: str = dataclasses.field(default="", compare=False)  # the HLO computation holding it ("ENTRY %main")
 
   def layers(self, names) -> tuple[str, ...]:
     """Those of `names` that appear as scopes in the op's path, in their order in `names`: one layer for a
@@ -61,9 +62,15 @@ def _group_size(line: str) -> int:
   return 1
 
 
+_COMPUTATION = re.compile(r"^((?:ENTRY\s+)?%?[\w.\-]+)\s.*\{\s*$")
+
+
 def collectives(hlo_text: str) -> list[Collective]:
-  found = []
+  found, computation = [], ""
   for line in hlo_text.splitlines():
+    if header := _COMPUTATION.match(line):
+      computation = header.group(1)
+      continue
     m = _OP.search(line)
     if not m or "-done(" in line:
       continue
@@ -80,5 +87,5 @@ def collectives(hlo_text: str) -> list[Collective]:
     scope = re.search(r'op_name="([^"]*)"', line)
     scope = scope.group(1) if scope else ""
     parts = _parts(scope, sizes) if kind == "all-reduce" and "-start(" not in line else ()
-    found.append(Collective(kind, scope, group, size, line.strip()[:300], parts))
+    found.append(Collective(kind, scope, group, size, line.strip()[:300], parts, computation))
   return found

@@ -161,6 +161,7 @@ def test_data_parallel_gradient_all_reduce_is_labelled_with_every_layer_it_carri
 
 def test_hlo_reader_parses_each_replica_group_form():
   text = "\n".join([
+      "ENTRY %main.7_spmd (param.2: f32[2,3]) -> f32[2,3] {",
       '%a = f32[8,4]{1,0} all-gather(%x), replica_groups=[1,2]<=[2], dimensions={0}, metadata={op_name="n/conv3/g"}',
       # A combined all-reduce lists the paths of the ops it combines.
       '%g = (f32[2]{0}, f32[6]{0}) all-reduce(%p, %q), replica_groups={{0,1}}, '
@@ -168,6 +169,8 @@ def test_hlo_reader_parses_each_replica_group_form():
       '%b = bf16[4]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0}, metadata={op_name="n/fc6/r"}',
       "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
       "%d = (f32[2]{0}, f32[3]{0}) all-reduce-done(%c)",
+      "}",
+      "%wrapped.3 (x: f32[4,3]) -> f32[8,3] {",
       # GPU's async forms return (operand, result): count the gathered result and the scattered operand once.
       "%e = (f32[4,3]{1,0}, f32[8,3]{1,0}) all-gather-start(%x), replica_groups={{0,1}}, dimensions={0}",
       "%f = (f32[8,3]{1,0}, f32[4,3]{1,0}) reduce-scatter-start(%x), replica_groups={{0,1}}, dimensions={0}",
@@ -176,3 +179,4 @@ def test_hlo_reader_parses_each_replica_group_form():
   assert got == [("all-gather", 2, 128, ("conv3",)), ("all-reduce", 2, 32, ("conv3", "fc6")),
                  ("reduce-scatter", 2, 16, ("fc6",)), ("all-reduce", 4, 20, ()), ("all-gather", 2, 96, ()),
                  ("reduce-scatter", 2, 96, ())]
+  assert [c.computation for c in hlo.collectives(text)] == ["ENTRY %main.7_spmd"] * 4 + ["%wrapped.3"] * 2
