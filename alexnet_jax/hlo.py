@@ -51,6 +51,12 @@ def _parts(scope: str, sizes: list[int]) -> tuple[tuple[str, int], ...]:
   return tuple(zip(paths, sizes)) if len(paths) == len(sizes) > 1 else ()
 
 
+def _operand_count(line: str, kind: str) -> int:
+  """How many operands the collective's call lists: `kind(%a, %b)`, or with their types `kind(f32[2]{0} %a, …)`."""
+  call = re.search(re.escape(kind) + r"(?:-start)?\(([^)]*)\)", line)
+  return call.group(1).count("%") if call else 0
+
+
 def _group_size(line: str) -> int:
   if m := re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line):  # mesh['data'=1,'model'=2] {'model'}
     sizes = dict(re.findall(r"'(\w+)'=(\d+)", m.group(1)))
@@ -83,9 +89,11 @@ def collectives(hlo_text: str) -> list[Collective]:
       half = len(sizes) // 2
       size = sum(sizes[half:] if kind == "all-gather" else sizes[:half])
     else:
+      if kind == "all-reduce" and len(sizes) == 2 * _operand_count(line, kind):
+        sizes = sizes[len(sizes) // 2:]  # an async start as (operands…, results…): each reduced tensor once
       size = sum(sizes) * (group if kind == "reduce-scatter" else 1)
     scope = re.search(r'op_name="([^"]*)"', line)
     scope = scope.group(1) if scope else ""
-    parts = _parts(scope, sizes) if kind == "all-reduce" and "-start(" not in line else ()
+    parts = _parts(scope, sizes) if kind == "all-reduce" else ()
     found.append(Collective(kind, scope, group, size, line.strip()[:300], parts, computation))
   return found

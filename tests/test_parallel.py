@@ -167,8 +167,11 @@ def test_hlo_reader_parses_each_replica_group_form():
       '%g = (f32[2]{0}, f32[6]{0}) all-reduce(%p, %q), replica_groups={{0,1}}, '
       'metadata={op_name="j/(t/fc6/w:t/conv3/w)"}',
       '%b = bf16[4]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0}, metadata={op_name="n/fc6/r"}',
-      "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
+      "%c = (f32[2]{0}, f32[3]{0}) all-reduce-start(%z, %y), replica_groups=mesh['data'=2,'model'=2] {'data','model'}",
       "%d = (f32[2]{0}, f32[3]{0}) all-reduce-done(%c)",
+      # As (operands…, results…), a combined async all-reduce: each tensor once, split by the layers on its path.
+      "%h = (f32[2]{0}, f32[6]{0}, f32[2]{0}, f32[6]{0}) all-reduce-start(f32[2]{0} %p, f32[6]{0} %q), "
+      'replica_groups={{0,1}}, metadata={op_name="j/(t/fc6/w:t/conv3/w)"}',
       "}",
       "%wrapped.3 (x: f32[4,3]) -> f32[8,3] {",
       # GPU's async forms return (operand, result): count the gathered result and the scattered operand once.
@@ -177,6 +180,7 @@ def test_hlo_reader_parses_each_replica_group_form():
   ])
   got = [(c.kind, c.group_size, c.bytes, c.layers(["conv3", "fc6"])) for c in hlo.collectives(text)]
   assert got == [("all-gather", 2, 128, ("conv3",)), ("all-reduce", 2, 32, ("conv3", "fc6")),
-                 ("reduce-scatter", 2, 16, ("fc6",)), ("all-reduce", 4, 20, ()), ("all-gather", 2, 96, ()),
-                 ("reduce-scatter", 2, 96, ())]
-  assert [c.computation for c in hlo.collectives(text)] == ["ENTRY %main.7_spmd"] * 4 + ["%wrapped.3"] * 2
+                 ("reduce-scatter", 2, 16, ("fc6",)), ("all-reduce", 4, 20, ()),
+                 ("all-reduce", 2, 32, ("conv3", "fc6")), ("all-gather", 2, 96, ()), ("reduce-scatter", 2, 96, ())]
+  assert [c.computation for c in hlo.collectives(text)] == ["ENTRY %main.7_spmd"] * 5 + ["%wrapped.3"] * 2
+  assert hlo.collectives(text)[4].by_layer(["conv3", "fc6"]) == {"fc6": 8, "conv3": 24}
