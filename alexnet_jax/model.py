@@ -110,12 +110,17 @@ class Network(nn.Module):
     # Where x's features lie: 'local' (every tower's, whole), 'towers' (this device's towers' blocks) or 'slices'
     # (this device's slice of every tower's outputs); and whether the batch is split over the tower axis too.
     where, split_batch = "local", bool(self.tower_axis) and self.table.layers[0].place == "data"
-    for layer, blocks in zip(self.table.layers, in_blocks):
+    relu_pending = False  # a conv left its ReLU to the LRN after it
+    layers = self.table.layers
+    for i, (layer, blocks) in enumerate(zip(layers, in_blocks)):
       with jax.named_scope(layer.name):
         if split_batch and layer.place != "data":  # 'data' layers end: every device needs its data shard's batch
           x, split_batch = self._gather(x, axis=x.ndim - 1), False
         if layer.kind == "conv":
-          x, where = self._conv(layer, x, blocks, where)
+          # Before an LRN the ReLU goes into the LRN's kernels, whose backward then masks the gradient as it writes
+          # it: the conv's backward needs no pass of its own over its output for that (ops.lrn).
+          relu_pending = layer.relu and i + 1 < len(layers) and layers[i + 1].kind == "lrn"
+          x, where = self._conv(layer, x, blocks, where, relu=layer.relu and not relu_pending)
         elif layer.kind == "fc" and layer.split == "sum":
           x, where = self._fc_sum(layer, x, where)
         elif layer.kind == "fc":
@@ -123,12 +128,13 @@ class Network(nn.Module):
         elif layer.kind == "lrn":
           groups = (self._local_towers(layer) if where == "towers" else self.table.towers) if blocks else 1
           x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
-                      alpha_over_n=layer.alpha_over_n, groups=groups, backend=self.backend)
+                      alpha_over_n=layer.alpha_over_n, groups=groups, relu=relu_pending, backend=self.backend)
+          relu_pending = False
         elif layer.kind == "pool":
           x = ops.max_pool(x, size=layer.size, stride=layer.stride, backend=self.backend)
         elif layer.kind == "dropout" and train:
           x = self._dropout(x, layer.rate, blocks, where, split_batch)
-      activations[layer.name] = x
+      activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
     x = self._whole(x, where, to="invarying")  # the last layer split its outputs: every device needs all logits
     return x.astype(jnp.float32).T
@@ -139,7 +145,7 @@ class Network(nn.Module):
   def _spread(self, layer: Layer, place: str) -> bool:
     return bool(self.tower_axis) and layer.place == place
 
-  def _conv(self, layer: Layer, x, blocks: bool, where: str):
+  def _conv(self, layer: Layer, x, blocks: bool, where: str, relu: bool):
     """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
     its own block."""
     towers_here = self._spread(layer, "tower")
@@ -152,7 +158,7 @@ class Network(nn.Module):
     out = layer.filters // self.table.towers
     kernel, bias = self._weights(layer, (local, x.shape[0] // groups, layer.size, layer.size, out))
     y = ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=groups,
-                   relu=layer.relu, backend=self.backend)
+                   relu=relu, backend=self.backend)
     return y, "towers" if towers_here else "local"
 
   def _fc(self, layer: Layer, x, blocks: bool, where: str):

@@ -1,6 +1,7 @@
 """The paper's network: its size, its layer shapes and its initialisation; and what a table refuses."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -92,6 +93,31 @@ def test_lrn_constants_come_from_the_layer():
     net = Network(alexnet(num_classes=10, width=0.25, lrn_alpha_over_n=alpha_over_n), weight_init="he")
     logits.append(net.apply(net.init(jax.random.key(1), x), x))
   assert float(jnp.abs(logits[0] - logits[1]).max()) > 1e-3 * float(jnp.abs(logits[0]).max())
+
+
+def test_conv_before_an_lrn_leaves_its_relu_to_the_lrn_kernels():
+  # conv1 and conv2 feed LRNs: their kernels write the conv without ReLU, the LRN kernels apply it (forward) and
+  # mask the gradient as they write it (backward); conv3–5 keep theirs. What the layers output is unchanged.
+  net = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="interpret")
+  x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
+  params = net.init(jax.random.key(1), x)
+  jaxpr = jax.make_jaxpr(lambda p: net.apply(p, x))(params)
+  calls = [(e.primitive.name, e.params["relu"]) for e in _equations(jaxpr.jaxpr)
+           if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd")]
+  assert calls == [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True)] * 2 + [("chwn_conv_fwd", True)] * 3, calls
+  _, state = net.apply(params, x, mutable=["intermediates"])
+  acts = state["intermediates"]["activations"][0]
+  assert float(acts["conv1"].min()) == 0.0 and float(acts["conv2"].min()) == 0.0  # ReLU outputs, as the table says
+  reference = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="xla")
+  np.testing.assert_allclose(net.apply(params, x), reference.apply(params, x), rtol=1e-4, atol=1e-4)
+
+
+def _equations(jaxpr):
+  """Every equation of a jaxpr and of the jaxprs inside it, in program order."""
+  for e in jaxpr.eqns:
+    yield e
+    for sub in jax.extend.core.jaxprs_in_params(e.params):
+      yield from _equations(sub)
 
 
 def test_bad_tables_and_names_are_refused():

@@ -155,8 +155,8 @@ def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
   return dx
 
 
-def run_lrn(x, dy, groups, size, k, alpha, beta):
-  launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name)
+def run_lrn(x, dy, groups, size, k, alpha, beta, relu=False):
+  launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name, relu)
   y, ybuf = poisoned(x.shape, x.dtype)
   run(lrn.lrn_fwd_launch(*launch_args), x, y)
   dx, dbuf = poisoned(x.shape, x.dtype)
@@ -176,16 +176,19 @@ LRN_CASES = [  # shape, groups, size, k, alpha, beta
 ]
 
 
+@pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape,groups,size,k,alpha,beta", LRN_CASES)
-def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype):
+def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype, relu):
   rng = np.random.default_rng(sum(shape) + size)
   x = (rng.normal(size=shape) * 40).astype(dtype)  # large, so that the normaliser is far from k
   dy = rng.normal(size=shape).astype(dtype)
-  y, dx = run_lrn(x, dy, groups, size, k, alpha, beta)
+  y, dx = run_lrn(x, dy, groups, size, k, alpha, beta, relu)
   x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
-  want_y, _ = lrn_fwd_numpy(x64, groups, size, k, alpha, beta)
-  want_dx = lrn_bwd_numpy(x64, dy64, groups, size, k, alpha, beta)
+  a = np.maximum(x64, 0) if relu else x64  # with relu, the LRN of ReLU(x), and its gradient through the ReLU
+  want_y, _ = lrn_fwd_numpy(a, groups, size, k, alpha, beta)
+  want_dx = lrn_bwd_numpy(a, dy64, groups, size, k, alpha, beta)
+  want_dx = np.where(x64 > 0, want_dx, 0) if relu else want_dx
   assert np.isfinite(y).all() and np.isfinite(dx).all()
   tol = TOL[dtype]
   np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
@@ -268,3 +271,19 @@ def test_launch_refuses_what_the_kernels_cannot_do():
     pool.max_pool_fwd_launch((1, 2, 2, 4), 3, 2, "float32")
   with pytest.raises(ValueError, match="dtype"):
     pool.max_pool_bwd_launch((1, 5, 5, 4), 3, 2, "float64")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_lrn_of_relu_keeps_nan_and_zeroes_negative_infinity():
+  # As the conv kernel's ReLU did before the LRN took it over: NaN stays NaN, −inf becomes 0 and touches nothing.
+  x = (np.random.default_rng(4).normal(size=(12, 2, 2, 3)) * 40).astype(np.float32)
+  x[4, 1, 0, 2], x[8, 0, 1, 1] = np.nan, -np.inf
+  dy = np.random.default_rng(5).normal(size=x.shape).astype(np.float32)
+  y, dx = run_lrn(x, dy, 2, 5, 2.0, 1e-4, 0.75, relu=True)
+  a = np.maximum(x.astype(np.float64), 0)
+  with np.errstate(invalid="ignore"):
+    want_y, _ = lrn_fwd_numpy(a, 2, 5, 2.0, 1e-4, 0.75)
+    want_dx = np.where(x > 0, lrn_bwd_numpy(a, dy.astype(np.float64), 2, 5, 2.0, 1e-4, 0.75), 0)
+  assert np.isnan(y[4, 1, 0, 2]) and y[8, 0, 1, 1] == 0 and dx[4, 1, 0, 2] == 0 and dx[8, 0, 1, 1] == 0
+  np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_y)))
+  np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_dx)))

@@ -2,6 +2,8 @@
 
   forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype
   backward: x, dy → dx (C, H, W, N) in dy's dtype
+  RELU: normalise ReLU(x) instead of x, and pass dx back through the ReLU: the conv before the LRN leaves its ReLU
+  here, so that its backward needs no pass of its own to mask the gradient (it reads x and dy, writes the masked dy)
 
   s[c] = K + ALPHA · Σ x[c']² over c' ∈ [c − SIZE//2, c + (SIZE−1)//2] ∩ c's group,   y[c] = x[c] · s[c]^−BETA
 
@@ -31,6 +33,15 @@ def _channel(ptr, c, live, CG: tl.constexpr, P: tl.constexpr):
 
 
 @triton.jit
+def _input(ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr):
+  """Channel c of the LRN's input: x, or with RELU the ReLU of x (NaN stays NaN, as the conv kernel's and XLA's)."""
+  v = _channel(ptr, c, live, CG, P)
+  if RELU:
+    v = tl.maximum(v, 0.0, propagate_nan=tl.PropagateNan.ALL)
+  return v
+
+
+@triton.jit
 def _denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
   """K + ALPHA · Σ xs², xs being the SIZE channels of one window."""
   total = xs[0] * xs[0]
@@ -49,7 +60,7 @@ def _sum(ring, SIZE: tl.constexpr):
 
 @triton.jit
 def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
-                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BLOCK: tl.constexpr):
+                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
@@ -61,9 +72,9 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
   for e in tl.static_range(AFTER):
-    xs = xs[1:] + (_channel(x_ptr, e, live, CG, P),)
+    xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
   for c in range(CG):
-    xs = xs[1:] + (_channel(x_ptr, c + AFTER, live, CG, P),)
+    xs = xs[1:] + (_input(x_ptr, c + AFTER, live, CG, P, RELU),)
     s = _denominator(xs, K, ALPHA, SIZE)
     tl.store(y_ptr + c * P, (xs[BEFORE] * tl.exp2(-BETA * tl.log2(s))).to(y_ptr.dtype.element_ty), mask=live)
 
@@ -81,7 +92,8 @@ def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.con
 
 @triton.jit
 def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BLOCK: tl.constexpr):
+                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
+                   BLOCK: tl.constexpr):
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
@@ -99,20 +111,22 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
   terms = (zero,) * SIZE  # g·x/s of channels [c − AFTER, j]
   for e in tl.static_range(SIZE - 1):
-    xs = xs[1:] + (_channel(x_ptr, e, live, CG, P),)
+    xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(CG):
-    xs = xs[1:] + (_channel(x_ptr, c + SIZE - 1, live, CG, P),)
+    xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
     dx = gs[0] - 2.0 * ALPHA * BETA * xs[0] * _sum(terms, SIZE)
+    if RELU:  # through the ReLU: gradient where its output is positive
+      dx = tl.where(xs[0] > 0, dx, 0.0)
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, dtype_name):
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -125,15 +139,19 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, dtype_name):
   block = 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name]
   while block > 32 * NUM_WARPS and cdiv(p, block) * groups < PROGRAMS:
     block //= 2
-  constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta), BLOCK=block)
+  constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
+                    RELU=bool(relu), BLOCK=block)
   return Launch(kernel, grid=(cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
-def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str) -> Launch:
-  """shape is x's (C, H, W, N); grid (position blocks, groups)."""
-  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, dtype_name)
+def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
+                   relu: bool = False) -> Launch:
+  """shape is x's (C, H, W, N); grid (position blocks, groups). relu: normalise ReLU(x) (the conv before it leaves
+  its ReLU to this kernel)."""
+  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name)
 
 
-def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str) -> Launch:
-  """shape is x's (C, H, W, N); the same grid as the forward."""
-  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, dtype_name)
+def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
+                   relu: bool = False) -> Launch:
+  """shape is x's (C, H, W, N); the same grid as the forward; relu as the forward's, its gradient included."""
+  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name)

@@ -30,29 +30,29 @@ def _window_sum(v, n, groups):
   return jnp.concatenate([window(v[i * size:(i + 1) * size]) for i in range(groups)]) if groups > 1 else window(v)
 
 
-@functools.partial(jax.checkpoint, static_argnums=(1, 2, 3, 4, 5, 6))
-def _lrn(x, k, n, alpha, beta, alpha_over_n, groups):
+@functools.partial(jax.checkpoint, static_argnums=(1, 2, 3, 4, 5, 6, 7))
+def _lrn(x, k, n, alpha, beta, alpha_over_n, groups, relu):
   # Computed in float32 (float64 for float64 input): in bfloat16, k + α·Σa² would round α·Σa² away (k = 2 leaves
   # steps of 2^-6). Memory-bound, so the wider arithmetic costs nothing; what would cost is autodiff's float32
   # residuals (the powers of the normaliser), so the backward pass recomputes the forward from x instead
-  # (jax.checkpoint): only x is kept, in its own dtype.
-  a = x.astype(accumulator(x.dtype))
+  # (jax.checkpoint): only x is kept, in its own dtype (with relu, the ReLU's input: its mask is recomputed too).
+  a = (jax.nn.relu(x) if relu else x).astype(accumulator(x.dtype))
   scale = alpha / n if alpha_over_n else alpha
   return (a * (k + scale * _window_sum(a * a, n, groups)) ** -beta).astype(x.dtype)
 
 
-def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1):
+def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False):
   """XLA reference, computed in float32 (float64 for float64 input) and rounded to x's dtype; its gradient
-  recomputes the forward pass rather than keeping float32 intermediates."""
-  return _lrn(x, k, n, alpha, beta, alpha_over_n, groups)
+  recomputes the forward pass rather than keeping float32 intermediates. relu: of ReLU(x)."""
+  return _lrn(x, k, n, alpha, beta, alpha_over_n, groups, relu)
 
 
-def _fwd_launch(x, *, groups, n, k, alpha, beta):
-  return triton_kernels().lrn.lrn_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
+def _fwd_launch(x, *, groups, n, k, alpha, beta, relu):
+  return triton_kernels().lrn.lrn_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu)
 
 
-def _bwd_launch(x, dy, *, groups, n, k, alpha, beta):
-  return triton_kernels().lrn.lrn_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name)
+def _bwd_launch(x, dy, *, groups, n, k, alpha, beta, relu):
+  return triton_kernels().lrn.lrn_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu)
 
 
 LRN_FWD = KernelPrimitive("chwn_lrn_fwd", KernelSpec(
@@ -77,12 +77,14 @@ def _lrn_kernel_bwd(params, mode, x, dy):
 _lrn_kernel.defvjp(_lrn_kernel_fwd, _lrn_kernel_bwd)
 
 
-def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, backend="auto"):
-  """x (C, H, W, N) → same shape; each of `groups` consecutive channel blocks is normalised on its own."""
+def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, backend="auto"):
+  """x (C, H, W, N) → same shape; each of `groups` consecutive channel blocks is normalised on its own. relu:
+  normalise ReLU(x), the ReLU of the conv before (which then leaves it out): its gradient comes from the LRN's
+  backward kernel, sparing the conv's backward a pass over its output to mask the gradient."""
   if x.shape[0] % groups:
     raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
   reference = functools.partial(lrn_reference, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n,
-                                groups=groups)
+                                groups=groups, relu=relu)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
-            ("beta", float(beta)))
+            ("beta", float(beta)), ("relu", bool(relu)))
   return dispatch(backend, reference, lambda x, *, mode: _lrn_kernel(x, params, mode), x)
