@@ -71,12 +71,14 @@ def test_kernel_ir_is_specialised_as_jax_triton_specialises_it():
         error = None
       except ValueError as e:
         error = str(e)
-      print(json.dumps(dict(head=head, magic=list(xla_triton.bytecode(text)[:4]), error=error)))
+      print(json.dumps(dict(head=head, magic=list(xla_triton.bytecode(text)[:4]), error=error,
+                            functions=text.count("tt.func"), calls=text.count("tt.call"))))
   """)
   # Only the pointers remain arguments (every tl.constexpr is fixed), each 16-byte aligned, as jax-triton assumes.
   assert "@lrn_fwd_kernel(%x_ptr: !tt.ptr<bf16> {tt.divisibility = 16 : i32}" in found["head"]
   assert "%y_ptr: !tt.ptr<bf16> {tt.divisibility = 16 : i32}" in found["head"]
   assert found["head"].count("%") == 2
+  assert (found["functions"], found["calls"]) == (1, 0)  # the @triton.jit helpers inlined, as Triton's TTIR passes do
   assert bytes(found["magic"]) == b"ML\xefR"  # MLIR bytecode, what the custom call carries
   assert found["error"] == "lrn_fwd_kernel: 2 pointer arguments (x_ptr, y_ptr) for 1 operands and outputs"
 

@@ -58,7 +58,9 @@ def _ttir_text(kernel, pointers: tuple[tuple[str, str], ...], constexprs: tuple,
   backend.load_dialects(context)
   module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
                           context)
-  return str(module)
+  # Triton's own TTIR passes, as its compile() runs them first: the @triton.jit helpers inlined (no tt.call left
+  # for XLA's pipeline), the IR canonicalised.
+  return str(backend.make_ttir(module, {}, options, capability))
 
 
 def ttir(launch, dtypes, capability: int | None = None) -> str:
