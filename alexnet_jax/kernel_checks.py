@@ -50,10 +50,13 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
   for name, (layer, shape) in tower_maps(table, image_size, batch).items():
     if layer.kind == "pool":
       op = functools.partial(ops.max_pool, size=layer.size, stride=layer.stride)
-    else:
-      op = functools.partial(ops.lrn, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
-                             alpha_over_n=layer.alpha_over_n, groups=1)
+      found.append(Case(name, op, (shape,)))
+      continue
+    op = functools.partial(ops.lrn, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
+                           alpha_over_n=layer.alpha_over_n, groups=1)
     found.append(Case(name, op, (shape,)))
+    # With the ReLU of the conv before it, as the model runs it; its mask reads the input itself, exact everywhere.
+    found.append(Case(f"{name}+relu", functools.partial(op, relu=True), (shape,)))
   return found
 
 
