@@ -3,7 +3,7 @@
   python scripts/benchmark.py --config configs/alexnet_2gpu.py [--config.key=value …]
       [--systems triton:split,xla:split,triton:dp,triton:one,plain:split,plain:dp,plain:one] [--dtypes bfloat16]
       [--batches 128,512,1024 | --per_device_batches 128] [--devices 1,2,4,8] [--steps 20] [--windows 5]
-      [--peak_tflops 790] [--json OUT.json]
+      [--peak_tflops 790] [--compilation_cache DIR] [--json OUT.json]
 
 Systems (alexnet_jax/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network with
 that kernel backend, `plain` the same table written as a JAX user would with plain XLA (alexnet_jax/baseline.py:
@@ -36,7 +36,8 @@ collective moves per step, from the compiled HLO, per layer (a combined gradient
 carries; scripts/comm_report.py lists them beside the layer table's figures), and in the JSON each collective's
 HLO line as compiled, after the computation that holds it (collective_hlo, cut to 300 characters): what the bytes
 were read from; and how the Triton kernels were called (triton_call: --config.triton_call).
-Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
+--compilation_cache DIR lets the rows' processes (and later runs) share compiled programs and XLA's autotuning
+results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
 run apart, its whole process (process_s).
 """
 
@@ -68,6 +69,9 @@ flags.DEFINE_integer("steps", 20, "steps per timed window")
 flags.DEFINE_integer("windows", 5, "timed windows of back-to-back steps")
 flags.DEFINE_float("peak_tflops", 790.0, "peak TFLOP/s of one device for MFU (790: an H200's bf16, as issue 10)")
 flags.DEFINE_bool("separate", True, "run each system × dtype × batch in a process of its own")
+flags.DEFINE_string("compilation_cache", None, "directory of JAX's persistent compilation cache, XLA's per-fusion "
+                    "autotuning results with it, shared by the rows' processes: a row compiles faster where an "
+                    "earlier one (or run) compiled or autotuned the same; the timed steps are the same")
 flags.DEFINE_string("json", None, "write the rows here")
 
 
@@ -158,6 +162,9 @@ def run_here(system, dtype, batch, per_device: bool, devices: int | None, args) 
   from alexnet_jax import systems  # noqa: PLC0415
 
   row = head(system, dtype, batch, per_device, devices)
+  if args.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # every step: a row is compiled once
   try:
     system = systems.System.parse(system)
     config = args.config.copy_and_resolve_references()

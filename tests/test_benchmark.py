@@ -21,8 +21,9 @@ def script(name, *args, timeout=300):
 
 def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   out = tmp_path / "rows.json"
+  cache = tmp_path / "cache"
   run = script("benchmark.py", "--systems=xla:split,plain:split,triton:one", "--dtypes=float32", "--batches=4",
-               "--steps=1", "--windows=1", f"--json={out}")
+               "--steps=1", "--windows=1", f"--json={out}", f"--compilation_cache={cache}")
   # triton:one cannot run on a CPU: its row says why, the others are timed, and the run ends with one error line.
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == "error: 1 of 3 runs failed (their rows say why)"
   rows = {r["system"]: r for r in json.loads(out.read_text())}
@@ -38,6 +39,7 @@ def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   assert plain["vs_plain"] == 1.0
   table = run.stdout[run.stdout.index("system "):]
   assert "xla:split" in table and "plain:split" in table and "needs a CUDA GPU" in table
+  assert len(list(cache.iterdir())) >= 2  # each timed row's step went into the shared compilation cache
 
 
 def test_benchmark_refuses_an_unknown_system_in_one_line():
