@@ -172,8 +172,6 @@ class Network(nn.Module):
     else:
       kernel, bias = self._weights(layer, (self._local_towers(layer), x.shape[0], out))
       where = "towers" if self._spread(layer, "tower") else "local"
-    if kernel.shape[0] == 1:
-      return ops.dense(x, kernel[0], bias, relu=layer.relu, backend=self.backend), where
     # One GEMM per tower, the outputs stacked: the towers' weights side by side as one matrix would be a transposed
     # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, 0.05 ms at batch 512, and again in
     # the backward pass), where the outputs are a few MB.

@@ -58,14 +58,20 @@ def _impl(r: dict) -> tuple[str, str]:
   return r["system"].split(":")[0], r["dtype"]
 
 
-def with_efficiency(rows: list[dict]) -> list[dict]:
-  """Each row with `efficiency`: its images/s over devices × the most images/s of a one-device row of its
-  implementation and dtype (None without one). On one device every layout runs the same step (all towers there,
-  nothing to exchange), so the fastest of them is the one-device figure to scale."""
+def one_device(rows: list[dict]) -> dict[tuple[str, str], float]:
+  """{(implementation, dtype): the most images/s of its one-device rows}. On one device every layout runs the same
+  step (all towers there, nothing to exchange), so the fastest of them is the one-device figure to scale."""
   one = {}
   for r in rows:
     if r["devices"] == 1:
       one[_impl(r)] = max(one.get(_impl(r), 0.0), r["images_per_s"])
+  return one
+
+
+def with_efficiency(rows: list[dict]) -> list[dict]:
+  """Each row with `efficiency`: its images/s over devices × its implementation's one-device figure (one_device;
+  None without one)."""
+  one = one_device(rows)
   return [r | dict(efficiency=r["images_per_s"] / (r["devices"] * one[_impl(r)]) if _impl(r) in one else None)
           for r in rows]
 
@@ -124,10 +130,7 @@ def plot(rows: list[dict], path: str) -> None:
   several_dtypes = len({r["dtype"] for r in done}) > 1
   fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
   for ax, (title, group) in zip(axes[0], groups.items()):
-    one = {}  # each implementation's one-device point, where every line of its layouts starts
-    for r in group:
-      if r["devices"] == 1:
-        one[_impl(r)] = max(one.get(_impl(r), 0.0), r["images_per_s"])
+    one = one_device(group)  # where every line of an implementation's layouts starts
     for line in sorted({_line(r) for r in group}):
       points = sorted((r["devices"], r["images_per_s"]) for r in group if _line(r) == line)
       impl = (line[0].split(":")[0], line[1])

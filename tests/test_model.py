@@ -1,7 +1,6 @@
 """The paper's network: its size, its layer shapes and its initialisation; and what a table refuses."""
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from alexnet_jax.layer_shapes import ConvShape, alexnet_convs, alexnet_maps
 from alexnet_jax.model import Network
 from alexnet_jax.networks import Layer, Table, alexnet, get_network
+from test_xla_backend import equations
 
 
 def paper_params(key=None, init="paper"):
@@ -102,7 +102,7 @@ def test_conv_before_an_lrn_leaves_its_relu_to_the_lrn_kernels():
   x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
   params = net.init(jax.random.key(1), x)
   jaxpr = jax.make_jaxpr(lambda p: net.apply(p, x))(params)
-  calls = [(e.primitive.name, e.params["relu"]) for e in _equations(jaxpr.jaxpr)
+  calls = [(e.primitive.name, e.params["relu"]) for e in equations(jaxpr.jaxpr)
            if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd")]
   assert calls == [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True)] * 2 + [("chwn_conv_fwd", True)] * 3, calls
   _, state = net.apply(params, x, mutable=["intermediates"])
@@ -110,14 +110,6 @@ def test_conv_before_an_lrn_leaves_its_relu_to_the_lrn_kernels():
   assert float(acts["conv1"].min()) == 0.0 and float(acts["conv2"].min()) == 0.0  # ReLU outputs, as the table says
   reference = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="xla")
   np.testing.assert_allclose(net.apply(params, x), reference.apply(params, x), rtol=1e-4, atol=1e-4)
-
-
-def _equations(jaxpr):
-  """Every equation of a jaxpr and of the jaxprs inside it, in program order."""
-  for e in jaxpr.eqns:
-    yield e
-    for sub in jax.extend.core.jaxprs_in_params(e.params):
-      yield from _equations(sub)
 
 
 def test_bad_tables_and_names_are_refused():

@@ -99,7 +99,7 @@ def test_conv_and_dense_compute_in_bfloat16_forward_and_backward():
 
 
 def equations(jaxpr):
-  """Every equation of a jaxpr and of the jaxprs inside it."""
+  """Every equation of a jaxpr and of the jaxprs inside it, in program order."""
   for e in jaxpr.eqns:
     yield e
     for sub in jax.extend.core.jaxprs_in_params(e.params):

@@ -48,11 +48,10 @@ def _ttir_text(kernel, pointers: tuple[tuple[str, str], ...], constexprs: tuple,
   target = GPUTarget("cuda", capability, 32)
   backend = make_backend(target)
   options = backend.parse_options(dict(num_warps=num_warps, num_stages=num_stages))
-  names = [p.name for p in kernel.params]
-  values = dict(constexprs)
-  signature = {n: (dict(pointers)[n] if n in dict(pointers) else "constexpr") for n in names}
-  source = ASTSource(kernel, signature, constexprs={(names.index(n),): v for n, v in values.items()},
-                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n, _ in pointers})
+  names, types = [p.name for p in kernel.params], dict(pointers)
+  signature = {n: types.get(n, "constexpr") for n in names}
+  source = ASTSource(kernel, signature, constexprs={(names.index(n),): v for n, v in constexprs},
+                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in types})
   context = ir.context()
   ir.load_dialects(context)
   backend.load_dialects(context)
