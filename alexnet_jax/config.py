@@ -53,10 +53,10 @@ def paper_config() -> ml_collections.ConfigDict:
       # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 2 cores:
       # one process stalls on the GIL; train.input_workers has the measurements).
       threads=4, workers=-1,
-      # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec:
-      # nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where both can: 'cpu' today
-      # (2×H200, the paper's store: 37,236 images/s against 17,127; pipeline._decoder). With 'gpu', host_share of
-      # each batch is decoded by the host beside the devices.
+      # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec in
+      # a process per device: nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where
+      # both can: 'cpu' today (pipeline._decoder has the measurements). With 'gpu', host_share of each batch is
+      # decoded by the host beside the devices.
       decoder="auto", host_share=0.0,
       fast_decode=False))  # libjpeg-turbo's fast DCT and upsampling: ≤ 6 % faster, pixels off by ≤ 45 (decode.py)
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.

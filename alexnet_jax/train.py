@@ -180,8 +180,7 @@ def device_put_fn(config, setup: Setup, dataset):
     return put
   rows = process_rows(setup.mesh, config.batch_size)
   share = rows.stop - rows.start
-  decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train,
-                                   config.dataset.threads)
+  decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train, nvdecode.THREADS)
 
   def put_decoded(batch):
     check_batch(batch, dataset.size, setup.image_size)
@@ -190,6 +189,7 @@ def device_put_fn(config, setup: Setup, dataset):
     images, labels, skipped = decoder(batch)
     rest = put_batch(setup.mesh, dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], label=labels))
     return dict(image=images, **rest), skipped
+  put_decoded.close = decoder.close  # its decoding processes: Feed.close stops them
   return put_decoded
 
 

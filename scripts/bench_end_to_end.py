@@ -48,15 +48,18 @@ def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
 
 def decoder_rate(dataset, setup, batch: int, seconds: float = 3.0) -> dict:
   host_batch, _ = dataset.train.jpeg_batch(np.arange(batch), np.zeros(0, np.int32))
-  decoder = nvdecode.DeviceDecoder(train.batch_sharding(setup.mesh, 4), batch, dataset.train, dataset.train.threads)
+  decoder = nvdecode.DeviceDecoder(train.batch_sharding(setup.mesh, 4), batch, dataset.train, nvdecode.THREADS)
   jax.block_until_ready(decoder(host_batch)[0])
   start, done = time.perf_counter(), 0
   while time.perf_counter() - start < seconds:
     images, _, _ = decoder(host_batch)
     done += batch
   jax.block_until_ready(images)
-  rate = done / (time.perf_counter() - start)
-  return dict(images_per_s=rate, per_device=rate / len(decoder.devices), devices=len(decoder.devices))
+  seconds = time.perf_counter() - start
+  decoder.close()
+  busy = [device.decode_s / seconds for device in decoder.devices]  # includes the first call's
+  return dict(images_per_s=done / seconds, per_device=done / seconds / len(decoder.devices),
+              devices=len(decoder.devices), processes_busy=busy)
 
 
 def main():

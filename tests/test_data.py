@@ -341,6 +341,32 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   assert device_skipped == 1 and host_skipped + device_skipped == skipped
 
 
+def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
+  """A device's shared JPEG buffer holds its rows' pixels' worth of bytes: plenty for S×S photos, not for 8×8
+  JPEGs, whose headers alone outweigh 192 bytes of pixels. The rows that do not fit go to the host, decoded all
+  the same; closing stops the processes and leaves no shared memory behind."""
+  from alexnet_jax import parallel, train  # noqa: PLC0415
+  from alexnet_jax.data import nvdecode  # noqa: PLC0415
+
+  tiny = Jpegs([dict(jpeg=encoded(photo(i)[:8, :8].copy()), label=i % 3) for i in range(12)])
+  host = decode.Decoder(tiny, 8, threads=2)
+  indices = np.arange(12)
+  expected, labels, _ = host.batch(indices)
+  batch, _ = host.jpeg_batch(indices, np.zeros(0, np.int32))
+  assert np.diff(batch["jpeg_end"], prepend=0).min() > 8 * 8 * 3  # every JPEG outweighs its pixels
+  before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+  decoder = nvdecode.DeviceDecoder(train.batch_sharding(parallel.make_mesh(2), 4), len(indices), host, 2)
+  images, device_labels, skipped = decoder(batch)
+  assert [len(device._cut) for device in decoder.devices] == [5, 5]  # of each device's 6, only the first fits
+  np.testing.assert_array_equal(np.asarray(images), expected)
+  np.testing.assert_array_equal(device_labels, labels)
+  assert skipped == 0
+  decoder.close()
+  assert [device.process.exitcode for device in decoder.devices] == [0, 0]
+  if before:
+    assert not {name for name in os.listdir("/dev/shm") if "nvdecode" in name} - before
+
+
 def test_training_batches_are_the_same_whoever_decodes_them(store):
   """train.device_put_fn gives the step the same batch from the host's pixels and from the devices' decoding."""
   from alexnet_jax import train  # noqa: PLC0415

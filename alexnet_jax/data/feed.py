@@ -52,9 +52,10 @@ class Feed:
     return item
 
   def close(self) -> None:
-    """Stops the thread, then the host iterator's worker processes, if any."""
+    """Stops the thread, then the host iterator's worker processes and put's decoding processes, if any."""
     self._stop.set()
     self._thread.join()
     while not self._ready.empty():
       self._ready.get()
     getattr(self._host, "close", lambda: None)()
+    getattr(self._put, "close", lambda: None)()

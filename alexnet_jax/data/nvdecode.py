@@ -3,36 +3,46 @@ host sends JPEG bytes (~23 KB an image in the paper's store) instead of pixels (
 
 The host's batch comes from decode.Decoder.jpeg_batch: the JPEG of every row that nvJPEG can decode to the host
 decoder's pixels (an S×S colour JPEG), the pixels of the rows that the host decoded (config.dataset.host_share of
-them, and any other image). On a GPU each device holds SLOTS batch buffers that JAX allocated; nvImageCodec (batched
-nvJPEG on the GPU's hardware JPEG engines, with CUDA and CPU fallbacks that it picks) decodes its rows straight into
-one of them on a CUDA stream of ours, the host's rows are copied in beside them, and once the stream is done a copy
-that JAX owns becomes the device's block of the batch: the buffer is written again only after that copy has run,
-so no step can read a buffer while it is rewritten. A row that nvJPEG fails to decode is decoded by the host
-decoder, which also substitutes and counts an unreadable image, as it would have on the host.
+them, and any other image). Each device has a decoding process of its own: nvImageCodec (batched nvJPEG on the GPU's
+hardware JPEG engines, with CUDA and CPU fallbacks that it picks) decodes that device's rows, read from shared
+memory, into a device buffer of that process, which this process maps (CUDA IPC) and copies into one of SLOTS batch
+buffers that JAX allocated, beside the host's rows; once that is done, a copy that JAX owns becomes the device's
+block of the batch: a buffer is written again only after that copy has run, so no step can read a buffer while it
+is rewritten. Why processes: in the training process, nvImageCodec's host-side work per image shared one
+interpreter with the loop (two H200s decoded 17,127 images/s for training); a process per GPU decoded 63,776
+images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). A row that nvJPEG fails to decode is decoded by
+the host decoder, which also substitutes and counts an unreadable image, as it would have on the host.
 
-On CPU devices (tests) the same code decodes with nvImageCodec's libjpeg-turbo backend into host memory: the same
-pixels as decode.Decoder's, exactly. On the GPU nvJPEG's IDCT differs from libjpeg-turbo's by at most one level of
-255 (mean 4e-6 over 256 store images; 2026-11-30, H200), so a batch is a pure function of (seed, step) for each
-decoder, and the two decoders' batches differ by that much.
+On CPU devices (tests) the same processes decode with nvImageCodec's libjpeg-turbo backend into shared host
+memory: the same pixels as decode.Decoder's, exactly. On the GPU nvJPEG's IDCT differs from libjpeg-turbo's by at
+most one level of 255 (mean 4e-6 over 256 store images; 2026-11-30, H200), so a batch is a pure function of (seed,
+step) for each decoder, and the two decoders' batches differ by that much.
 """
 
-import concurrent.futures
 import contextlib
 import ctypes
 import functools
 import glob
+import mmap
+import multiprocessing
 import os
 import sys
+import tempfile
+import time
+import weakref
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
 from alexnet_jax.data import decode
 from alexnet_jax.data.sources import DataError
 
-SLOTS = 3  # batch buffers per device: one being decoded into while steps read the copies of the others
+SLOTS = 3  # batch buffers per device: one being written while steps read the copies of the others
+# nvImageCodec's CPU threads in each decoding process: its host-side share (parsing; Huffman decoding for what
+# it sends to its hybrid backend) took 0.037 CPU-s per 1,000 images with 8 (2×H200, 2026-11-30).
+THREADS = 8
+START_S = 300  # a decoding process not started by then (imports, CUDA context, decoder) is reported as failed
 
 
 @functools.cache
@@ -70,97 +80,211 @@ def _quiet_stderr():
 
 
 class DeviceDecoder:
-  """Turns the host's JPEG batches into image arrays (N, S, S, 3) uint8 placed as `sharding` says, each device
-  decoding its block; `host` (the dataset's decode.Decoder) decodes what a device could not."""
+  """Turns the host's JPEG batches into image arrays (N, S, S, 3) uint8 placed as `sharding` says, each device's
+  block decoded by a process of its own with `threads` CPU threads; `host` (the dataset's decode.Decoder) decodes
+  what a device could not. close(), or garbage collection, stops the processes."""
 
   def __init__(self, sharding: NamedSharding, batch_size: int, host: decode.Decoder, threads: int):
-    nv = require()
+    require()
     self.sharding, self.host = sharding, host
     self.shape = (batch_size, host.size, host.size, 3)
     blocks = {device: range(*index[0].indices(batch_size))
               for device, index in sharding.addressable_devices_indices_map(self.shape).items()}
     first = min(rows.start for rows in blocks.values())  # this process's rows start there
-    self.devices = [_Device(nv, device, slice(rows.start - first, rows.stop - first), host.size, threads)
-                    for device, rows in blocks.items()]
-    self._pool = concurrent.futures.ThreadPoolExecutor(len(self.devices), "nvdecode")
+    self.devices = []
+    self.close = weakref.finalize(self, _close_all, self.devices)
+    for device, rows in blocks.items():  # the processes start together
+      self.devices.append(_Device(device, slice(rows.start - first, rows.stop - first), host.size, threads))
+    try:
+      for device in self.devices:
+        device.connect()
+    except BaseException:
+      self.close()
+      raise
 
   def __call__(self, batch: dict) -> tuple[jax.Array, np.ndarray, int]:
     """(images, labels, unreadable images passed over) of a batch that decode.Decoder.jpeg_batch made."""
-    labels = batch["label"].copy()
-    jpegs = np.split(batch["jpeg"], batch["jpeg_end"][:-1])  # row r's bytes, a view of the flat array
-    done = list(self._pool.map(functools.partial(self._block, batch, jpegs, labels), self.devices))
-    images = jax.make_array_from_single_device_arrays(self.shape, self.sharding, [block for block, _ in done])
-    return images, labels, sum(skipped for _, skipped in done)
+    labels, skipped, blocks = batch["label"].copy(), 0, []
+    for device in self.devices:  # they decode at once
+      device.submit(batch["jpeg"], batch["jpeg_end"])
+    for device in self.devices:
+      start, stop = device.rows.start, device.rows.stop
+      first, last = np.searchsorted(batch["host_rows"], [start, stop])  # host_rows ascend
+      rows, images = batch["host_rows"][first:last] - start, batch["host_image"][first:last]
+      failed = device.wait()
+      if failed:
+        more = np.empty((len(failed), *self.shape[1:]), np.uint8)
+        for r, image in zip(failed, more):
+          labels[start + r], skips = self.host._read_into(int(batch["index"][start + r]), image)
+          skipped += skips
+        rows, images = np.concatenate([rows, failed]), np.concatenate([images, more])
+      blocks.append(device.finish(rows.astype(np.int32), images))
+    return jax.make_array_from_single_device_arrays(self.shape, self.sharding, blocks), labels, skipped
 
-  def _block(self, batch: dict, jpegs: list, labels: np.ndarray, device: "_Device") -> tuple[jax.Array, int]:
-    rows = device.rows
-    failed = device.decode(jpegs[rows])
-    on_host = {r - rows.start: image for r, image in zip(batch["host_rows"], batch["host_image"])
-               if rows.start <= r < rows.stop}
-    skipped = 0
-    for r in failed:
-      image = np.empty(self.shape[1:], np.uint8)
-      labels[rows.start + r], skips = self.host._read_into(int(batch["index"][rows.start + r]), image)
-      on_host[r], skipped = image, skipped + skips
-    return device.finish(on_host), skipped
+
+def _close_all(devices: list) -> None:
+  for device in devices:
+    device.close()
 
 
 class _Device:
-  """One device's decoder, its rows of the batch and where it decodes them."""
+  """One device's decoding process, its rows of the batch, and where their pixels go."""
 
-  def __init__(self, nv, device, rows: slice, size: int, threads: int):
-    self.nv, self.device, self.rows, self.size = nv, device, rows, size
-    n = rows.stop - rows.start
-    threads = max(1, min(threads, (os.cpu_count() or 2) - 1))  # nvImageCodec warns of more, and takes fewer
-    if device.platform == "cpu":
-      self.cuda = None
-      self.decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.CPU_ONLY)],
-                                max_num_cpu_threads=threads, options="")
+  def __init__(self, device, rows: slice, size: int, threads: int):
+    self.device, self.rows, self.size = device, rows, size
+    self.count, self.row_bytes = rows.stop - rows.start, size * size * 3
+    self.ordinal = None if device.platform == "cpu" else device.local_hardware_id
+    self.jpegs = _Shared(self.count * self.row_bytes)  # a batch's JPEGs take far less than its pixels (submit)
+    self.pixels = _Shared(self.count * self.row_bytes) if self.ordinal is None else None
+    context = multiprocessing.get_context("spawn")  # this process runs CUDA and threads: never fork it
+    self.conn, child = context.Pipe()
+    self.process = context.Process(
+        target=_serve, name=f"nvdecode-{device.id}", daemon=True,
+        args=(child, self.ordinal, self.count, size, threads, self.jpegs.path, self.pixels and self.pixels.path))
+    self.process.start()
+    child.close()
+    self.source, self.decode_s = None, 0.0  # decode_s: the process's time in decoding calls, for benchmarks
+
+  def connect(self) -> None:
+    """Waits for the process to start; maps its output buffer and allocates this device's batch buffers (CUDA)."""
+    try:
+      if not self.conn.poll(START_S):
+        raise DataError(f"the decoding process of {self.device} did not start in {START_S} s")
+      handle = self._receive()
+    finally:  # both processes have mapped them, or it has failed: no name is left behind
+      self._unlink()
+    if self.ordinal is None:
       return
-    # options="": the library's defaults, fancy chroma upsampling as libjpeg-turbo's (the binding's default is off)
     self.cuda = _cuda_runtime()
-    self.decoder = nv.Decoder(device_id=device.local_hardware_id, max_num_cpu_threads=threads, options="")
-    self.stream = self.cuda.stream(device.local_hardware_id)
-    self.slots = [jax.device_put(np.zeros((n, size, size, 3), np.uint8), device) for _ in range(SLOTS)]
-    self.views = [[nv.as_image(_Row(slot.unsafe_buffer_pointer() + r * size * size * 3, size, self.stream))
-                   for r in range(n)] for slot in self.slots]
-    self.copies, self.count = [None] * SLOTS, 0
+    self.source = self.cuda.open_ipc(self.ordinal, handle)
+    self.stream = self.cuda.stream(self.ordinal)
+    self.slots = [jax.device_put(np.zeros((self.count, self.size, self.size, 3), np.uint8), self.device)
+                  for _ in range(SLOTS)]
+    self.copies, self.done = [None] * SLOTS, 0
 
-  def decode(self, jpegs: list[np.ndarray]) -> list[int]:
-    """Decodes the rows whose JPEG is not empty into the next buffer; returns those that failed."""
-    rows = [r for r, jpeg in enumerate(jpegs) if len(jpeg)]
-    if self.cuda is None:
-      self.buffer = np.empty((len(jpegs), self.size, self.size, 3), np.uint8)
-      images, stream = [self.nv.as_image(self.buffer[r]) for r in rows], 0
-    else:
-      k = self.count % SLOTS
-      if self.copies[k] is not None:
-        self.copies[k].block_until_ready()  # the last reader of this buffer is its copy
-      images, stream = [self.views[k][r] for r in rows], self.stream
-    if not rows:
-      return []
-    out = self.decoder.decode([self.nv.CodeStream(jpegs[r]) for r in rows], images=images, cuda_stream=stream)
-    return [r for r, image in zip(rows, out) if image is None]
+  def _receive(self):
+    try:
+      kind, value = self.conn.recv()
+    except EOFError:
+      raise DataError(f"the decoding process of {self.device} exited (code {self.process.exitcode})") from None
+    if kind == "error":
+      raise DataError(f"the decoding process of {self.device} failed: {value}")
+    return value
 
-  def finish(self, on_host: dict) -> jax.Array:
-    """This device's block: the decoded buffer with the host's rows `on_host` ({row: (S, S, 3) uint8}) copied in."""
-    if self.cuda is None:
-      for r, image in on_host.items():
-        self.buffer[r] = image
-      return jax.device_put(self.buffer, self.device)
-    k = self.count % SLOTS
-    for r, image in on_host.items():
-      self.cuda.copy_to_device(self.views[k][r].__cuda_array_interface__["data"][0], np.ascontiguousarray(image),
-                               self.stream)
-    self.cuda.synchronize(self.stream)
-    self.copies[k] = _own(self.slots[k])
-    self.count += 1
+  def submit(self, flat: np.ndarray, ends: np.ndarray) -> None:
+    """Hands the process this device's rows of a batch: JPEG bytes `flat`, row r's ending at ends[r] (empty rows
+    are the host's). Rows past what the shared buffer holds (tiny images: a JPEG's headers outweigh its pixels)
+    are sent empty and reported as failed (wait): the host decodes them."""
+    begin = int(ends[self.rows.start - 1]) if self.rows.start else 0
+    ends = ends[self.rows] - begin
+    fits = ends <= len(self.jpegs.array)
+    limit = int(ends[fits][-1]) if fits.any() else 0
+    self._cut = np.flatnonzero(~fits & (np.diff(ends, prepend=0) > 0)).tolist()
+    self.jpegs.array[:limit] = flat[begin:begin + limit]
+    self.conn.send(("decode", np.minimum(ends, limit)))
+
+  def wait(self) -> list[int]:
+    """The rows that the process failed to decode or was not sent, once it has decoded the others."""
+    failed, seconds = self._receive()
+    self.decode_s += seconds
+    return sorted(failed + self._cut)
+
+  def finish(self, rows: np.ndarray, images: np.ndarray) -> jax.Array:
+    """This device's block: the decoded rows, with the host's `images` at `rows`. Those go over as one array and
+    are scattered on the device: a copy per 196 KB row from pageable memory cost ~0.1 ms each."""
+    if self.ordinal is None:
+      block = self.pixels.array.reshape(self.count, self.size, self.size, 3).copy()
+      block[rows] = images
+      return jax.device_put(block, self.device)
+    k = self.done % SLOTS
+    if self.copies[k] is not None:
+      self.copies[k].block_until_ready()  # the last reader of this buffer is its copy
+    self.cuda.copy_on_device(self.slots[k].unsafe_buffer_pointer(), self.source, self.count * self.row_bytes,
+                             self.stream)
+    self.cuda.synchronize(self.stream)  # from now on the process may decode into its buffer again
+    rows, images = (jax.device_put(a, self.device) for a in (rows, images))
+    self.copies[k] = _place(self.slots[k], rows, images)
+    self.done += 1
     return self.copies[k]
+
+  def close(self) -> None:
+    if self.source is not None:
+      self.cuda.close_ipc(self.source)
+      self.source = None
+    with contextlib.suppress(OSError):
+      self.conn.send(("stop", None))
+    self.process.join(10)
+    if self.process.is_alive():
+      self.process.kill()
+    self._unlink()
+
+  def _unlink(self) -> None:
+    for shared in (self.jpegs, self.pixels):
+      if shared is not None:
+        shared.unlink()
+
+
+class _Shared:
+  """Shared memory that a child process maps by path: a file in /dev/shm, unlinked once both have mapped it. Not
+  multiprocessing.shared_memory: its resource tracker would unlink it when the child exits, and warn."""
+
+  def __init__(self, size: int, path: str | None = None):
+    if path is None:
+      fd, path = tempfile.mkstemp(prefix="alexnet_jax_nvdecode_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+      os.ftruncate(fd, size)
+    else:
+      fd = os.open(path, os.O_RDWR)
+    self.path, self.map = path, mmap.mmap(fd, size)
+    os.close(fd)
+    self.array = np.frombuffer(self.map, np.uint8)
+
+  def unlink(self) -> None:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(self.path)
+
+
+def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, jpeg_path: str, pixel_path: str | None):
+  """A decoding process: for each ("decode", ends) it decodes the rows with bytes in the shared JPEG buffer into
+  its output (device `ordinal`'s memory, whose IPC handle it sends once started; shared host memory on CPU
+  devices) and answers with the rows that failed."""
+  try:
+    nv = require()
+    jpegs = _Shared(n * size * size * 3, jpeg_path).array
+    threads = max(1, min(threads, (os.cpu_count() or 2) - 1))  # nvImageCodec warns of more, and takes fewer
+    if ordinal is None:
+      pixels = _Shared(n * size * size * 3, pixel_path).array.reshape(n, size, size, 3)
+      decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.CPU_ONLY)],
+                           max_num_cpu_threads=threads, options="")
+      rows, stream, handle = [nv.as_image(pixels[r]) for r in range(n)], 0, None
+    else:
+      cuda = _cuda_runtime()
+      pointer, handle = cuda.malloc_shared(ordinal, n * size * size * 3)
+      stream = cuda.stream(ordinal)
+      # options="": the library's defaults, fancy chroma upsampling as libjpeg-turbo's (the binding's default is off)
+      decoder = nv.Decoder(device_id=ordinal, max_num_cpu_threads=threads, options="")
+      rows = [nv.as_image(_Row(pointer + r * size * size * 3, size, stream)) for r in range(n)]
+  except Exception as e:  # noqa: BLE001  (the training process raises it)
+    conn.send(("error", f"{type(e).__name__}: {e}"))
+    return
+  conn.send(("ready", handle))
+  while True:
+    kind, ends = conn.recv()
+    if kind == "stop":
+      return
+    start_s = time.perf_counter()
+    starts = np.concatenate([[0], ends[:-1]])
+    todo = [r for r in range(len(ends)) if ends[r] > starts[r]]
+    out = decoder.decode([nv.CodeStream(jpegs[starts[r]:ends[r]]) for r in todo], images=[rows[r] for r in todo],
+                         cuda_stream=stream) if todo else []
+    if ordinal is not None:
+      cuda.synchronize(stream)
+    conn.send(("done", ([r for r, image in zip(todo, out) if image is None], time.perf_counter() - start_s)))
 
 
 @jax.jit
-def _own(block):
-  return jnp.copy(block)
+def _place(block, rows, images):
+  """A copy of `block` that JAX owns, with `images` at `rows`."""
+  return block.at[rows].set(images, unique_indices=True)
 
 
 class _Row:
@@ -171,9 +295,14 @@ class _Row:
                                          strides=None, stream=stream)
 
 
+class _IpcHandle(ctypes.Structure):
+  _fields_ = [("reserved", ctypes.c_char * 64)]  # cudaIpcMemHandle_t
+
+
 class _CudaRuntime:
-  """The few CUDA runtime calls that JAX does not offer: a stream for nvImageCodec to decode on, waiting for it, and
-  copying a host row to the device. The runtime is the one JAX's CUDA plugin brought (ctypes releases the GIL)."""
+  """The few CUDA runtime calls that JAX does not offer: streams, waiting for them, copies on a device, and device
+  memory shared between processes (CUDA IPC). The runtime is the one JAX's CUDA plugin brought (ctypes
+  releases the GIL)."""
 
   def __init__(self, library: ctypes.CDLL):
     self.lib = library
@@ -191,9 +320,27 @@ class _CudaRuntime:
   def synchronize(self, stream: int) -> None:
     self._check(self.lib.cudaStreamSynchronize(ctypes.c_void_p(stream)), "cudaStreamSynchronize")
 
-  def copy_to_device(self, pointer: int, array: np.ndarray, stream: int) -> None:
-    self._check(self.lib.cudaMemcpyAsync(ctypes.c_void_p(pointer), array.ctypes.data_as(ctypes.c_void_p),
-                                         ctypes.c_size_t(array.nbytes), 1, ctypes.c_void_p(stream)),  # host to device
+  def malloc_shared(self, ordinal: int, size: int) -> tuple[int, bytes]:
+    """(pointer, IPC handle) of `size` bytes of device `ordinal`'s memory, for another process to map."""
+    self._check(self.lib.cudaSetDevice(ordinal), "cudaSetDevice")
+    pointer, handle = ctypes.c_void_p(), _IpcHandle()
+    self._check(self.lib.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(size)), "cudaMalloc")
+    self._check(self.lib.cudaIpcGetMemHandle(ctypes.byref(handle), pointer), "cudaIpcGetMemHandle")
+    return pointer.value, bytes(handle)
+
+  def open_ipc(self, ordinal: int, handle: bytes) -> int:
+    self._check(self.lib.cudaSetDevice(ordinal), "cudaSetDevice")
+    pointer = ctypes.c_void_p()
+    self._check(self.lib.cudaIpcOpenMemHandle(ctypes.byref(pointer), _IpcHandle.from_buffer_copy(handle), 1),
+                "cudaIpcOpenMemHandle")  # 1: cudaIpcMemLazyEnablePeerAccess
+    return pointer.value
+
+  def close_ipc(self, pointer: int) -> None:
+    self._check(self.lib.cudaIpcCloseMemHandle(ctypes.c_void_p(pointer)), "cudaIpcCloseMemHandle")
+
+  def copy_on_device(self, target: int, source: int, size: int, stream: int) -> None:
+    self._check(self.lib.cudaMemcpyAsync(ctypes.c_void_p(target), ctypes.c_void_p(source), ctypes.c_size_t(size),
+                                         3, ctypes.c_void_p(stream)),  # device to device
                 "cudaMemcpyAsync")
 
 

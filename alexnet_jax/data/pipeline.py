@@ -210,9 +210,9 @@ def make_dataset(config, train, test, num_classes: int) -> Dataset:
 
 def _decoder(choice: str) -> str:
   """config.dataset.decoder with 'auto' resolved to the faster: on 2×H200 and their 32-core host, the host's
-  libjpeg-turbo in 16 worker processes fed training 37,236 images/s from the paper's store, the devices'
-  nvImageCodec 17,127 (2026-11-30, scripts/bench_end_to_end.py; docs/BENCHMARKS.md says where the devices' time
-  goes)."""
+  libjpeg-turbo in 16 worker processes fed training 34,749 images/s from the paper's store, the devices'
+  nvImageCodec, a process per device, 27,828–36,282 (17,127 from the training process), no more with part of each
+  batch decoded by the host (2026-11-30, scripts/bench_end_to_end.py; docs/BENCHMARKS.md)."""
   if choice == "auto":
     return "cpu"
   if choice == "gpu":
