@@ -10,6 +10,7 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
+GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
 
 
@@ -56,8 +57,11 @@ def paper_config() -> ml_collections.ConfigDict:
       # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec in
       # a process per device: nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where
       # both can: 'cpu' today (pipeline._decoder has the measurements). With 'gpu', host_share of each batch is
-      # decoded by the host beside the devices.
-      decoder="auto", host_share=0.0,
+      # decoded by the host beside the devices; gpu_backends: nvImageCodec's choice among its backends ('all':
+      # the GPU's hardware JPEG engines for part of a batch, its CPU-assisted hybrid backend for the rest) or
+      # 'hardware' (the engines for all, the others for what they fail): the hybrid's CPU threads compete with
+      # the host's decoding.
+      decoder="auto", host_share=0.0, gpu_backends="all",
       fast_decode=False))  # libjpeg-turbo's fast DCT and upsampling: ≤ 6 % faster, pixels off by ≤ 45 (decode.py)
   # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
   c.batch_size = 128
@@ -141,9 +145,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
   _choices(config, "triton_call", ops.CUDA_CALLS)
-  if config.dataset.decoder not in DECODERS:
-    raise ValueError(f"config.dataset.decoder={config.dataset.decoder!r} is not one of "
-                     f"{', '.join(map(repr, DECODERS))}")
+  for key, allowed in (("decoder", DECODERS), ("gpu_backends", GPU_BACKENDS)):
+    if config.dataset[key] not in allowed:
+      raise ValueError(f"config.dataset.{key}={config.dataset[key]!r} is not one of "
+                       f"{', '.join(map(repr, allowed))}")
   for key, kind, rule, inside in RANGES:
     _check_range(config, key, kind, rule, inside)
   drops = config.lr_drop_epochs

@@ -180,7 +180,8 @@ def device_put_fn(config, setup: Setup, dataset):
     return put
   rows = process_rows(setup.mesh, config.batch_size)
   share = rows.stop - rows.start
-  decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train, nvdecode.THREADS)
+  decoder = nvdecode.DeviceDecoder(batch_sharding(setup.mesh, 4), config.batch_size, dataset.train, nvdecode.THREADS,
+                                   config.dataset.gpu_backends)
 
   def put_decoded(batch):
     check_batch(batch, dataset.size, setup.image_size)

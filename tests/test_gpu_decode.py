@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from alexnet_jax import parallel, train
+from alexnet_jax.config import GPU_BACKENDS
 from alexnet_jax.data import decode, nvdecode
 
 pytestmark = [pytest.mark.gpu,
@@ -40,12 +41,13 @@ class Photos:
     return self.examples[i]
 
 
-def test_devices_decode_as_the_host_does_within_a_level():
+@pytest.mark.parametrize("backends", GPU_BACKENDS)
+def test_devices_decode_as_the_host_does_within_a_level(backends):
   n = 32 * len(jax.devices())
   photos = Photos(n + 8)
   host = decode.Decoder(photos, SIZE, threads=8)
   sharding = train.batch_sharding(parallel.make_mesh(1, len(jax.devices())), 4)
-  decoder = nvdecode.DeviceDecoder(sharding, n, host, 8)
+  decoder = nvdecode.DeviceDecoder(sharding, n, host, 8, backends)
   for first in range(nvdecode.SLOTS + 2):  # every buffer, and again: each batch its own images
     indices = np.arange(first, first + n) % len(photos)
     batch, _ = host.jpeg_batch(indices, np.array([3], np.int32))

@@ -251,6 +251,10 @@ def test_bad_config_and_input_get_one_clear_error():
     validate(demo_config(network="lenet"))
   with pytest.raises(ValueError, match="config.dtype"):
     validate(demo_config(dtype="float8"))
+  config = demo_config()
+  config.dataset.gpu_backends = "cuda"
+  with pytest.raises(ValueError, match="config.dataset.gpu_backends='cuda' is not one of 'all', 'hardware'"):
+    validate(config)
   batch = train.random_batch(2, 96, 10, size=104)
   train.check_batch(batch, 104, 96)
   with pytest.raises(ValueError, match=r"expected a batch of image \(2, 110, 110, 3\) uint8, offset \(2, 2\) int32, "

@@ -84,7 +84,8 @@ class DeviceDecoder:
   block decoded by a process of its own with `threads` CPU threads; `host` (the dataset's decode.Decoder) decodes
   what a device could not. close(), or garbage collection, stops the processes."""
 
-  def __init__(self, sharding: NamedSharding, batch_size: int, host: decode.Decoder, threads: int):
+  def __init__(self, sharding: NamedSharding, batch_size: int, host: decode.Decoder, threads: int,
+               backends: str = "all"):
     require()
     self.sharding, self.host = sharding, host
     self.shape = (batch_size, host.size, host.size, 3)
@@ -94,7 +95,8 @@ class DeviceDecoder:
     self.devices = []
     self.close = weakref.finalize(self, _close_all, self.devices)
     for device, rows in blocks.items():  # the processes start together
-      self.devices.append(_Device(device, slice(rows.start - first, rows.stop - first), host.size, threads))
+      self.devices.append(_Device(device, slice(rows.start - first, rows.stop - first), host.size, threads,
+                                  backends))
     try:
       for device in self.devices:
         device.connect()
@@ -130,7 +132,7 @@ def _close_all(devices: list) -> None:
 class _Device:
   """One device's decoding process, its rows of the batch, and where their pixels go."""
 
-  def __init__(self, device, rows: slice, size: int, threads: int):
+  def __init__(self, device, rows: slice, size: int, threads: int, backends: str):
     self.device, self.rows, self.size = device, rows, size
     self.count, self.row_bytes = rows.stop - rows.start, size * size * 3
     self.ordinal = None if device.platform == "cpu" else device.local_hardware_id
@@ -140,7 +142,8 @@ class _Device:
     self.conn, child = context.Pipe()
     self.process = context.Process(
         target=_serve, name=f"nvdecode-{device.id}", daemon=True,
-        args=(child, self.ordinal, self.count, size, threads, self.jpegs.path, self.pixels and self.pixels.path))
+        args=(child, self.ordinal, self.count, size, threads, backends, self.jpegs.path,
+              self.pixels and self.pixels.path))
     self.process.start()
     child.close()
     self.source, self.decode_s = None, 0.0  # decode_s: the process's time in decoding calls, for benchmarks
@@ -243,10 +246,12 @@ class _Shared:
       os.unlink(self.path)
 
 
-def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, jpeg_path: str, pixel_path: str | None):
+def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends: str, jpeg_path: str,
+           pixel_path: str | None):
   """A decoding process: for each ("decode", ends) it decodes the rows with bytes in the shared JPEG buffer into
   its output (device `ordinal`'s memory, whose IPC handle it sends once started; shared host memory on CPU
-  devices) and answers with the rows that failed."""
+  devices) and answers with the rows that failed. `backends`: 'all', nvImageCodec's own choice, or 'hardware',
+  the GPU's JPEG engines for every image (load hint 1) and the others for what they fail."""
   try:
     nv = require()
     jpegs = _Shared(n * size * size * 3, jpeg_path).array
@@ -261,7 +266,9 @@ def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, jpeg_path
       pointer, handle = cuda.malloc_shared(ordinal, n * size * size * 3)
       stream = cuda.stream(ordinal)
       # options="": the library's defaults, fancy chroma upsampling as libjpeg-turbo's (the binding's default is off)
-      decoder = nv.Decoder(device_id=ordinal, max_num_cpu_threads=threads, options="")
+      chosen = [nv.Backend(kind) for kind in (nv.HW_GPU_ONLY, nv.HYBRID_CPU_GPU, nv.CPU_ONLY)]
+      decoder = nv.Decoder(device_id=ordinal, max_num_cpu_threads=threads, options="",
+                           backends=chosen if backends == "hardware" else None)
       rows = [nv.as_image(_Row(pointer + r * size * size * 3, size, stream)) for r in range(n)]
   except Exception as e:  # noqa: BLE001  (the training process raises it)
     conn.send(("error", f"{type(e).__name__}: {e}"))
