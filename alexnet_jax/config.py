@@ -26,9 +26,6 @@ def paper_config() -> ml_collections.ConfigDict:
   c.lrn_alpha_over_n = False  # the paper's formula; True gives Caffe's and cuda-convnet's α/n
   c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
   c.kernel_backend = "auto"
-  # How the Triton kernels reach a CUDA GPU: 'jax_triton' (jaxlib's triton_kernel_call) or 'xla' (XLA's own Triton
-  # call, which CUDA graphs can hold: alexnet_jax/ops/xla_triton.py). Fixed for the whole process.
-  c.triton_call = "jax_triton"
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
   # Where each layer's work lies on the mesh (networks.with_strategy): 'tower' (the paper: towers over mesh.model),
   # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
@@ -82,17 +79,13 @@ def paper_config() -> ml_collections.ConfigDict:
 
 def apply_process_settings(config: ml_collections.ConfigDict) -> None:
   """Sets what a config fixes for the whole process, so a script calls it before its first JAX call: absl's log
-  verbosity (WARNING), if config.cpu_devices > 0, how many CPU devices JAX simulates, and how the Triton kernels are
-  lowered for CUDA (config.triton_call)."""
+  verbosity (WARNING) and, if config.cpu_devices > 0, how many CPU devices JAX simulates."""
   import jax  # noqa: PLC0415  (configs import this module before jax is set up)
   from absl import logging  # noqa: PLC0415
-
-  from alexnet_jax import ops  # noqa: PLC0415
 
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; the progress bar says enough
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-  ops.set_cuda_call(config.triton_call)
 
 
 def _choices(config, key, allowed):
@@ -144,7 +137,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
-  _choices(config, "triton_call", ops.CUDA_CALLS)
   for key, allowed in (("decoder", DECODERS), ("gpu_backends", GPU_BACKENDS)):
     if config.dataset[key] not in allowed:
       raise ValueError(f"config.dataset.{key}={config.dataset[key]!r} is not one of "

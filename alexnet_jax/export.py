@@ -37,7 +37,6 @@ FUNCTIONS = ("inference", "train_step")
 INPUTS = ("uint8", "chwn")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 TRITON_CALL = "triton_kernel_call"  # jax-triton's custom call target, one per kernel launch
-XLA_TRITON_CALL = "__gpu$xla.gpu.triton"  # XLA's own (config.triton_call='xla'): the kernel's Triton IR
 
 
 def _register_pytrees():
@@ -74,12 +73,11 @@ def check_platforms(platforms, backend: str) -> tuple[str, ...]:
 
 
 def _disabled_checks(platforms, backend: str) -> list:
-  """jax.export refuses custom calls it does not know to be stable. jax-triton's call carries each kernel compiled
+  """jax.export refuses custom calls it does not know to be stable. Our kernels' call carries each kernel compiled
   for the exporting GPU in its payload, so a cuda artifact is tied to that compute capability (README), not to a
-  jaxlib's internals; XLA's own carries the kernel's Triton IR, which the loading XLA compiles. That is the check
-  waived, and only where the kernels go into a cuda lowering."""
+  jaxlib's internals: that is the check waived, and only where the kernels go into a cuda lowering."""
   if "cuda" in platforms and backend in ("auto", "triton"):
-    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in (TRITON_CALL, XLA_TRITON_CALL)]
+    return [jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
   return []
 
 

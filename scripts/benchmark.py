@@ -35,7 +35,7 @@ system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` 
 collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
 carries; scripts/comm_report.py lists them beside the layer table's figures), and in the JSON each collective's
 HLO line as compiled, after the computation that holds it (collective_hlo, cut to 300 characters): what the bytes
-were read from; and how the Triton kernels were called (triton_call: --config.triton_call).
+were read from.
 --compilation_cache DIR lets the rows' processes (and later runs) share compiled programs and XLA's autotuning
 results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
 run apart, its whole process (process_s).
@@ -146,7 +146,6 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
               loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
               collective_bytes=collective_bytes(s.setup.net.table, hlo_text), device=devices[0].device_kind,
-              triton_call=config.triton_call,
               build_s=build_s, collective_hlo=[f"{c.computation}: {c.text}" for c in hlo.collectives(hlo_text)])
 
 

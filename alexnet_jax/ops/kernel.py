@@ -4,9 +4,8 @@ A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primi
 - abstract eval from the op's output shapes, keeping the operands' varying manual axes, which shard_map's
   check_vma and custom_vjp need (jax-triton's own primitive drops them);
 - lowering: with mode='triton', on CUDA, the kernel through `jax_triton.triton_call` (imported there: it fails to
-  import on a CPU-only jaxlib), or after set_cuda_call('xla') as XLA's own Triton custom call (xla_triton.py: a
-  kernel that CUDA graphs can hold); with mode='interpret', on any platform, the real kernel under the Triton
-  interpreter in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
+  import on a CPU-only jaxlib); with mode='interpret', on any platform, the real kernel under the Triton interpreter
+  in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
   that must run everywhere picks its XLA reference for the other platforms (`backend.dispatch`);
 - batching: a vmapped axis of batch-last operands folds into their image axis N (what CHWN is good at); any other
   batching maps over the vmapped axis.
@@ -26,15 +25,6 @@ from jax.interpreters import batching, mlir
 from triton_kernels import interpret  # no Triton import: it runs the kernels that triton_kernels() hands it
 
 MODES = ("triton", "interpret")
-CUDA_CALLS = ("jax_triton", "xla")  # how mode='triton' reaches the GPU: jaxlib's triton_kernel_call, or XLA's own
-_cuda_call = ["jax_triton"]
-
-
-def set_cuda_call(name: str) -> None:
-  """Chooses, for this process, how the kernels are lowered for CUDA from now on (config.triton_call)."""
-  if name not in CUDA_CALLS:
-    raise ValueError(f"unknown Triton call {name!r}; choose one of {', '.join(CUDA_CALLS)}")
-  _cuda_call[0] = name
 
 
 def triton_kernels():
@@ -89,8 +79,6 @@ class KernelPrimitive:
       avals = ctx.avals_in
       if mode == "interpret":
         fn = self._interpreted(avals, params)
-      elif cuda and _cuda_call[0] == "xla":
-        return self._xla_triton(ctx, operands, params)
       elif cuda:
         fn = self._triton(avals, params)
       else:
@@ -117,19 +105,6 @@ class KernelPrimitive:
       return self._finish(raw, params)
 
     return run
-
-  def _xla_triton(self, ctx, operands, params):
-    from alexnet_jax.ops import xla_triton  # noqa: PLC0415
-
-    avals = ctx.avals_in
-    # The kernel's outputs vary over the operands' manual mesh axes, as the primitive's do (_abstract_eval).
-    raw_avals = [avals[0].update(shape=o.shape, dtype=o.dtype, weak_type=False)
-                 for o in self._raw_outputs(avals, params)]
-    raw = xla_triton.lower(ctx, self.spec.launch(*avals, **params), operands, raw_avals)
-    if not self.spec.finish:
-      return raw
-    return mlir.lower_fun(lambda *r: self._finish(r, params), multiple_results=True)(ctx.replace(avals_in=raw_avals),
-                                                                                      *raw)
 
   def _interpreted(self, avals, params):
     if os.environ.get("TRITON_INTERPRET") != "1":
