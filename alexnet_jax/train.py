@@ -171,12 +171,14 @@ def put_batch(mesh, batch: dict) -> dict:
 
 
 def device_put_fn(config, setup: Setup, dataset):
-  """put(host batch) → (device batch, images skipped on the device), as data.feed.Feed takes it: put_batch of the
-  host's images, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs decoded on the devices."""
+  """put(host batch) → finish, finish() → (device batch, images skipped on the device), as data.feed.Feed takes
+  it: put_batch of the host's images, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to
+  the devices' decoding processes, collected by finish."""
   if dataset.decoder != "gpu":
     def put(batch):
       check_batch(batch, dataset.size, setup.image_size)
-      return put_batch(setup.mesh, batch), 0
+      on_device = put_batch(setup.mesh, batch)
+      return lambda: (on_device, 0)
     return put
   rows = process_rows(setup.mesh, config.batch_size)
   share = rows.stop - rows.start
@@ -187,9 +189,13 @@ def device_put_fn(config, setup: Setup, dataset):
     check_batch(batch, dataset.size, setup.image_size)
     if len(batch["label"]) != share:
       raise ValueError(f"expected {share} images in this process's batch, got {len(batch['label'])}")
-    images, labels, skipped = decoder(batch)
-    rest = put_batch(setup.mesh, dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], label=labels))
-    return dict(image=images, **rest), skipped
+    decoded = decoder.start(batch)
+
+    def finish():
+      images, labels, skipped = decoded()
+      rest = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], label=labels)
+      return dict(image=images, **put_batch(setup.mesh, rest)), skipped
+    return finish
   put_decoded.close = decoder.close  # its decoding processes: Feed.close stops them
   return put_decoded
 

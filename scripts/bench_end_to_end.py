@@ -14,7 +14,8 @@ The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; anot
               (Grain over the store with `workers` worker processes of `threads` threads:
               bench_input.pipeline_rate);
   end to end  the training loop's input path as train.py runs it (those host batches, data.feed.Feed putting or
-              decoding them from its thread, steps back to back); images/s and the ratio to synthetic.
+              decoding them from its thread, steps back to back); images/s, the ratio to synthetic, and where the
+              feed's thread spent the time: waiting for host batches, putting them, waiting for the loop.
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
@@ -127,17 +128,21 @@ def main():
     feed = Feed(iterate(train_batches(data, args.batch), 0, workers), train.device_put_fn(config, setup, data))
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
       jax.block_until_ready(step(next(feed)[0]))
+    before, start = dict(feed.seconds), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), args.batch, args.steps, windows=1)  # noqa: B023
+    elapsed = time.perf_counter() - start
     feed.close()
     row = dict(decoder=setting.split(":")[0], workers=workers, threads=int(threads), host_share=data.host_share,
-               host_images_per_s=host, images_per_s=rate, of_synthetic=rate / out["synthetic_images_per_s"])
+               host_images_per_s=host, images_per_s=rate, of_synthetic=rate / out["synthetic_images_per_s"],
+               feed={k: (feed.seconds[k] - before[k]) / elapsed for k in before})
     out["rows"].append(row)
     print(row, flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
-        f"{'of synthetic':>12}")
+        f"{'of synthetic':>12}  feed thread: host / put / loop")
   for r in out["rows"]:
     print(f"{r['decoder']:>12} {r['workers']:>7} {r['threads']:>7} {r['host_share']:>10.2f} "
-          f"{r['host_images_per_s']:>10,.0f} {r['images_per_s']:>9,.0f} {r['of_synthetic']:>12.0%}")
+          f"{r['host_images_per_s']:>10,.0f} {r['images_per_s']:>9,.0f} {r['of_synthetic']:>12.0%}  "
+          + " / ".join(f"{r['feed'][k]:.0%}" for k in ("host", "put", "loop")))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(out, f, indent=1)

@@ -356,8 +356,9 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   assert np.diff(batch["jpeg_end"], prepend=0).min() > 8 * 8 * 3  # every JPEG outweighs its pixels
   before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
   decoder = nvdecode.DeviceDecoder(train.batch_sharding(parallel.make_mesh(2), 4), len(indices), host, 2)
-  images, device_labels, skipped = decoder(batch)
-  assert [len(device._cut) for device in decoder.devices] == [5, 5]  # of each device's 6, only the first fits
+  finish = decoder.start(batch)
+  assert [len(device.cut[0]) for device in decoder.devices] == [5, 5]  # of each device's 6, only the first fits
+  images, device_labels, skipped = finish()
   np.testing.assert_array_equal(np.asarray(images), expected)
   np.testing.assert_array_equal(device_labels, labels)
   assert skipped == 0
@@ -365,6 +366,25 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   assert [device.process.exitcode for device in decoder.devices] == [0, 0]
   if before:
     assert not {name for name in os.listdir("/dev/shm") if "nvdecode" in name} - before
+
+
+def test_two_batches_decode_at_once_and_come_back_in_order(store):
+  """The processes decode the next batch while the last one's pixels are collected: each batch its own images, in
+  the order started; a third batch before the first is finished is refused."""
+  from alexnet_jax import parallel, train  # noqa: PLC0415
+  from alexnet_jax.data import nvdecode  # noqa: PLC0415
+
+  host = decode.Decoder(Jpegs(store.examples[:N_REGULAR]), 48, threads=2)
+  halves = [np.arange(6), np.arange(6, 12)]
+  decoder = nvdecode.DeviceDecoder(train.batch_sharding(parallel.make_mesh(2), 4), 6, host, 2)
+  finishes = [decoder.start(host.jpeg_batch(rows, np.zeros(0, np.int32))[0]) for rows in halves]
+  with pytest.raises(RuntimeError, match="at most 2 batches"):
+    decoder.start(host.jpeg_batch(halves[0], np.zeros(0, np.int32))[0])
+  for finish, rows in zip(finishes, halves):
+    np.testing.assert_array_equal(np.asarray(finish()[0]), host.batch(rows)[0])
+  np.testing.assert_array_equal(np.asarray(decoder(host.jpeg_batch(halves[1], np.array([0], np.int32))[0])[0]),
+                                host.batch(halves[1])[0])
+  decoder.close()
 
 
 def test_training_batches_are_the_same_whoever_decodes_them(store):
@@ -389,13 +409,35 @@ def test_training_batches_are_the_same_whoever_decodes_them(store):
     f.close()
 
 
+def test_the_feed_puts_the_next_batch_before_it_finishes_the_last():
+  from alexnet_jax.data.feed import Feed  # noqa: PLC0415
+
+  calls = []
+
+  def put(batch):
+    calls.append(f"put {batch}")
+
+    def finish():
+      calls.append(f"finish {batch}")
+      return batch, 0
+    return finish
+
+  feed = Feed(iter([(b, 0) for b in range(4)]), put)
+  assert [next(feed) for _ in range(4)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+  assert calls == ["put 0", "put 1", "finish 0", "put 2", "finish 1", "put 3", "finish 2", "finish 3"]
+  with pytest.raises(StopIteration):
+    next(feed)
+  assert set(feed.seconds) == {"host", "put", "loop"} and min(feed.seconds.values()) >= 0
+  feed.close()
+
+
 def test_the_feed_raises_the_error_of_its_thread():
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
 
   def put(batch):
     if batch == 2:
       raise ValueError("bad batch 2")
-    return batch * 10, 1
+    return lambda: (batch * 10, 1)
 
   feed = Feed(iter([(0, 0), (1, 2), (2, 0)]), put)
   assert [next(feed), next(feed)] == [(0, 1), (10, 3)]

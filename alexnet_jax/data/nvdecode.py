@@ -6,12 +6,13 @@ decoder's pixels (an S×S colour JPEG), the pixels of the rows that the host dec
 them, and any other image). Each device has a decoding process of its own: nvImageCodec (batched nvJPEG on the GPU's
 hardware JPEG engines, with CUDA and CPU fallbacks that it picks) decodes that device's rows, read from shared
 memory, into a device buffer of that process, which this process maps (CUDA IPC) and copies into one of SLOTS batch
-buffers that JAX allocated, beside the host's rows; once that is done, a copy that JAX owns becomes the device's
-block of the batch: a buffer is written again only after that copy has run, so no step can read a buffer while it
-is rewritten. Why processes: in the training process, nvImageCodec's host-side work per image shared one
-interpreter with the loop (two H200s decoded 17,127 images/s for training); a process per GPU decoded 63,776
-images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). A row that nvJPEG fails to decode is decoded by
-the host decoder, which also substitutes and counts an unreadable image, as it would have on the host.
+buffers that JAX allocated; the host's rows go over as one array and a copy that JAX owns, with them scattered in,
+becomes the device's block of the batch. Each process holds IN_FLIGHT batches (halves of its buffers): it decodes
+the next while this process collects the last. A batch buffer is written again only after its copy has run, so no
+step can read a buffer while it is rewritten. Why processes: in the training process, nvImageCodec's host-side work
+per image shared one interpreter with the loop (two H200s decoded 17,127 images/s for training); a process per GPU
+decoded 63,776 images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). A row that nvJPEG fails to decode
+is decoded by the host decoder, which also substitutes and counts an unreadable image, as it would have on the host.
 
 On CPU devices (tests) the same processes decode with nvImageCodec's libjpeg-turbo backend into shared host
 memory: the same pixels as decode.Decoder's, exactly. On the GPU nvJPEG's IDCT differs from libjpeg-turbo's by at
@@ -19,6 +20,7 @@ most one level of 255 (mean 4e-6 over 256 store images; 2026-11-30, H200), so a 
 step) for each decoder, and the two decoders' batches differ by that much.
 """
 
+import collections
 import contextlib
 import ctypes
 import functools
@@ -36,6 +38,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from alexnet_jax.data import decode
+from alexnet_jax.data.feed import IN_FLIGHT  # batches a process holds: it decodes one while the other is collected
 from alexnet_jax.data.sources import DataError
 
 SLOTS = 3  # batch buffers per device: one being written while steps read the copies of the others
@@ -92,7 +95,7 @@ class DeviceDecoder:
     blocks = {device: range(*index[0].indices(batch_size))
               for device, index in sharding.addressable_devices_indices_map(self.shape).items()}
     first = min(rows.start for rows in blocks.values())  # this process's rows start there
-    self.devices = []
+    self.devices, self._started, self._finished = [], 0, 0
     self.close = weakref.finalize(self, _close_all, self.devices)
     for device, rows in blocks.items():  # the processes start together
       self.devices.append(_Device(device, slice(rows.start - first, rows.stop - first), host.size, threads,
@@ -106,9 +109,22 @@ class DeviceDecoder:
 
   def __call__(self, batch: dict) -> tuple[jax.Array, np.ndarray, int]:
     """(images, labels, unreadable images passed over) of a batch that decode.Decoder.jpeg_batch made."""
-    labels, skipped, blocks = batch["label"].copy(), 0, []
+    return self.start(batch)()
+
+  def start(self, batch: dict):
+    """Hands the devices' processes their rows of `batch` and returns at once a function that waits for them and
+    returns what __call__ does. Up to IN_FLIGHT batches may be started and not yet finished, finished in order:
+    the processes decode the next batch while this one's pixels are collected (data.feed.Feed does so)."""
+    if self._started - self._finished == IN_FLIGHT:
+      raise RuntimeError(f"at most {IN_FLIGHT} batches can be decoding at once")
+    half = self._started % IN_FLIGHT
     for device in self.devices:  # they decode at once
-      device.submit(batch["jpeg"], batch["jpeg_end"])
+      device.submit(batch["jpeg"], batch["jpeg_end"], half)
+    self._started += 1
+    return functools.partial(self._finish, batch, half)
+
+  def _finish(self, batch: dict, half: int) -> tuple[jax.Array, np.ndarray, int]:
+    labels, skipped, blocks = batch["label"].copy(), 0, []
     for device in self.devices:
       start, stop = device.rows.start, device.rows.stop
       first, last = np.searchsorted(batch["host_rows"], [start, stop])  # host_rows ascend
@@ -120,7 +136,8 @@ class DeviceDecoder:
           labels[start + r], skips = self.host._read_into(int(batch["index"][start + r]), image)
           skipped += skips
         rows, images = np.concatenate([rows, failed]), np.concatenate([images, more])
-      blocks.append(device.finish(rows.astype(np.int32), images))
+      blocks.append(device.finish(rows.astype(np.int32), images, half))
+    self._finished += 1
     return jax.make_array_from_single_device_arrays(self.shape, self.sharding, blocks), labels, skipped
 
 
@@ -136,8 +153,9 @@ class _Device:
     self.device, self.rows, self.size = device, rows, size
     self.count, self.row_bytes = rows.stop - rows.start, size * size * 3
     self.ordinal = None if device.platform == "cpu" else device.local_hardware_id
-    self.jpegs = _Shared(self.count * self.row_bytes)  # a batch's JPEGs take far less than its pixels (submit)
-    self.pixels = _Shared(self.count * self.row_bytes) if self.ordinal is None else None
+    # A half of each per batch in flight; a batch's JPEGs take far less than its pixels (submit).
+    self.jpegs = _Shared(IN_FLIGHT * self.count * self.row_bytes)
+    self.pixels = _Shared(IN_FLIGHT * self.count * self.row_bytes) if self.ordinal is None else None
     context = multiprocessing.get_context("spawn")  # this process runs CUDA and threads: never fork it
     self.conn, child = context.Pipe()
     self.process = context.Process(
@@ -146,7 +164,8 @@ class _Device:
               self.pixels and self.pixels.path))
     self.process.start()
     child.close()
-    self.source, self.decode_s = None, 0.0  # decode_s: the process's time in decoding calls, for benchmarks
+    self.source, self.cut = None, collections.deque()  # cut: per batch in flight, the rows it could not send
+    self.decode_s = 0.0  # the process's time in decoding calls, for benchmarks
 
   def connect(self) -> None:
     """Waits for the process to start; maps its output buffer and allocates this device's batch buffers (CUDA)."""
@@ -174,37 +193,41 @@ class _Device:
       raise DataError(f"the decoding process of {self.device} failed: {value}")
     return value
 
-  def submit(self, flat: np.ndarray, ends: np.ndarray) -> None:
-    """Hands the process this device's rows of a batch: JPEG bytes `flat`, row r's ending at ends[r] (empty rows
-    are the host's). Rows past what the shared buffer holds (tiny images: a JPEG's headers outweigh its pixels)
-    are sent empty and reported as failed (wait): the host decodes them."""
+  def submit(self, flat: np.ndarray, ends: np.ndarray, half: int) -> None:
+    """Hands the process this device's rows of a batch, to decode in `half` of its buffers: JPEG bytes `flat`, row
+    r's ending at ends[r] (empty rows are the host's). Rows past what the shared buffer holds (tiny images: a
+    JPEG's headers outweigh its pixels) are sent empty and reported as failed (wait): the host decodes them."""
     begin = int(ends[self.rows.start - 1]) if self.rows.start else 0
     ends = ends[self.rows] - begin
-    fits = ends <= len(self.jpegs.array)
+    room = self.jpegs.array[half * self.count * self.row_bytes:][:self.count * self.row_bytes]
+    fits = ends <= len(room)
     limit = int(ends[fits][-1]) if fits.any() else 0
-    self._cut = np.flatnonzero(~fits & (np.diff(ends, prepend=0) > 0)).tolist()
-    self.jpegs.array[:limit] = flat[begin:begin + limit]
-    self.conn.send(("decode", np.minimum(ends, limit)))
+    self.cut.append(np.flatnonzero(~fits & (np.diff(ends, prepend=0) > 0)).tolist())
+    room[:limit] = flat[begin:begin + limit]
+    self.conn.send(("decode", half, np.minimum(ends, limit)))
 
   def wait(self) -> list[int]:
-    """The rows that the process failed to decode or was not sent, once it has decoded the others."""
+    """The rows of the oldest batch submitted that the process failed to decode or was not sent, once it has
+    decoded the others."""
     failed, seconds = self._receive()
     self.decode_s += seconds
-    return sorted(failed + self._cut)
+    return sorted(failed + self.cut.popleft())
 
-  def finish(self, rows: np.ndarray, images: np.ndarray) -> jax.Array:
-    """This device's block: the decoded rows, with the host's `images` at `rows`. Those go over as one array and
-    are scattered on the device: a copy per 196 KB row from pageable memory cost ~0.1 ms each."""
+  def finish(self, rows: np.ndarray, images: np.ndarray, half: int) -> jax.Array:
+    """This device's block: the rows decoded into `half`, with the host's `images` at `rows`. Those go over as one
+    array and are scattered on the device: a copy per 196 KB row from pageable memory cost ~0.1 ms each."""
+    block_bytes = self.count * self.row_bytes
     if self.ordinal is None:
-      block = self.pixels.array.reshape(self.count, self.size, self.size, 3).copy()
+      block = self.pixels.array[half * block_bytes:][:block_bytes].reshape(self.count, self.size, self.size, 3)
+      block = block.copy()
       block[rows] = images
       return jax.device_put(block, self.device)
     k = self.done % SLOTS
     if self.copies[k] is not None:
       self.copies[k].block_until_ready()  # the last reader of this buffer is its copy
-    self.cuda.copy_on_device(self.slots[k].unsafe_buffer_pointer(), self.source, self.count * self.row_bytes,
+    self.cuda.copy_on_device(self.slots[k].unsafe_buffer_pointer(), self.source + half * block_bytes, block_bytes,
                              self.stream)
-    self.cuda.synchronize(self.stream)  # from now on the process may decode into its buffer again
+    self.cuda.synchronize(self.stream)  # from now on the process may decode into this half again
     rows, images = (jax.device_put(a, self.device) for a in (rows, images))
     self.copies[k] = _place(self.slots[k], rows, images)
     self.done += 1
@@ -215,7 +238,7 @@ class _Device:
       self.cuda.close_ipc(self.source)
       self.source = None
     with contextlib.suppress(OSError):
-      self.conn.send(("stop", None))
+      self.conn.send(("stop",))
     self.process.join(10)
     if self.process.is_alive():
       self.process.kill()
@@ -248,41 +271,44 @@ class _Shared:
 
 def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends: str, jpeg_path: str,
            pixel_path: str | None):
-  """A decoding process: for each ("decode", ends) it decodes the rows with bytes in the shared JPEG buffer into
-  its output (device `ordinal`'s memory, whose IPC handle it sends once started; shared host memory on CPU
-  devices) and answers with the rows that failed. `backends`: 'all', nvImageCodec's own choice, or 'hardware',
+  """A decoding process: for each ("decode", half, ends) it decodes the rows with bytes in that half of the shared
+  JPEG buffer into the same half of its output (device `ordinal`'s memory, whose IPC handle it sends once started;
+  shared host memory on CPU devices) and answers with the rows that failed. `backends`: 'all', nvImageCodec's own choice, or 'hardware',
   the GPU's JPEG engines for every image (load hint 1) and the others for what they fail."""
   try:
     nv = require()
-    jpegs = _Shared(n * size * size * 3, jpeg_path).array
+    block = n * size * size * 3
+    jpegs = _Shared(IN_FLIGHT * block, jpeg_path).array.reshape(IN_FLIGHT, block)
     threads = max(1, min(threads, (os.cpu_count() or 2) - 1))  # nvImageCodec warns of more, and takes fewer
     if ordinal is None:
-      pixels = _Shared(n * size * size * 3, pixel_path).array.reshape(n, size, size, 3)
+      pixels = _Shared(IN_FLIGHT * block, pixel_path).array.reshape(IN_FLIGHT, n, size, size, 3)
       decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.CPU_ONLY)],
                            max_num_cpu_threads=threads, options="")
-      rows, stream, handle = [nv.as_image(pixels[r]) for r in range(n)], 0, None
+      rows, stream, handle = [[nv.as_image(half[r]) for r in range(n)] for half in pixels], 0, None
     else:
       cuda = _cuda_runtime()
-      pointer, handle = cuda.malloc_shared(ordinal, n * size * size * 3)
+      pointer, handle = cuda.malloc_shared(ordinal, IN_FLIGHT * block)
       stream = cuda.stream(ordinal)
       # options="": the library's defaults, fancy chroma upsampling as libjpeg-turbo's (the binding's default is off)
       chosen = [nv.Backend(kind) for kind in (nv.HW_GPU_ONLY, nv.HYBRID_CPU_GPU, nv.CPU_ONLY)]
       decoder = nv.Decoder(device_id=ordinal, max_num_cpu_threads=threads, options="",
                            backends=chosen if backends == "hardware" else None)
-      rows = [nv.as_image(_Row(pointer + r * size * size * 3, size, stream)) for r in range(n)]
+      rows = [[nv.as_image(_Row(pointer + (half * n + r) * size * size * 3, size, stream)) for r in range(n)]
+              for half in range(IN_FLIGHT)]
   except Exception as e:  # noqa: BLE001  (the training process raises it)
     conn.send(("error", f"{type(e).__name__}: {e}"))
     return
   conn.send(("ready", handle))
   while True:
-    kind, ends = conn.recv()
+    kind, *message = conn.recv()
     if kind == "stop":
       return
+    half, ends = message
     start_s = time.perf_counter()
     starts = np.concatenate([[0], ends[:-1]])
     todo = [r for r in range(len(ends)) if ends[r] > starts[r]]
-    out = decoder.decode([nv.CodeStream(jpegs[starts[r]:ends[r]]) for r in todo], images=[rows[r] for r in todo],
-                         cuda_stream=stream) if todo else []
+    out = decoder.decode([nv.CodeStream(jpegs[half, starts[r]:ends[r]]) for r in todo],
+                         images=[rows[half][r] for r in todo], cuda_stream=stream) if todo else []
     if ordinal is not None:
       cuda.synchronize(stream)
     conn.send(("done", ([r for r, image in zip(todo, out) if image is None], time.perf_counter() - start_s)))
