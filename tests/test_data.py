@@ -380,6 +380,8 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
   finishes = [decoder.start(host.jpeg_batch(rows, np.zeros(0, np.int32))[0]) for rows in halves]
   with pytest.raises(RuntimeError, match="at most 2 batches"):
     decoder.start(host.jpeg_batch(halves[0], np.zeros(0, np.int32))[0])
+  with pytest.raises(RuntimeError, match="in the order they were started"):
+    finishes[1]()
   for finish, rows in zip(finishes, halves):
     np.testing.assert_array_equal(np.asarray(finish()[0]), host.batch(rows)[0])
   np.testing.assert_array_equal(np.asarray(decoder(host.jpeg_batch(halves[1], np.array([0], np.int32))[0])[0]),

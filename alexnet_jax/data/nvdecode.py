@@ -124,6 +124,8 @@ class DeviceDecoder:
     return functools.partial(self._finish, batch, half)
 
   def _finish(self, batch: dict, half: int) -> tuple[jax.Array, np.ndarray, int]:
+    if half != self._finished % IN_FLIGHT:  # the processes answer in the order the batches were started
+      raise RuntimeError("decoded batches must be finished in the order they were started")
     labels, skipped, blocks = batch["label"].copy(), 0, []
     for device in self.devices:
       start, stop = device.rows.start, device.rows.stop
