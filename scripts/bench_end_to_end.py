@@ -67,7 +67,8 @@ def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, steps: int
   elapsed = time.perf_counter() - start
   busy = (sum(device.decode_s for device in decoder.devices) - busy_before) / elapsed / len(decoder.devices)
   out = dict(backends=backends, images_per_s=done / elapsed, per_device=done / elapsed / len(decoder.devices),
-             processes_busy=busy)
+             processes_busy=busy,  # and the cores each may run on: a child inherits its parent's affinity
+             processes_cpus=[len(os.sched_getaffinity(device.process.pid)) for device in decoder.devices])
   stop, decoded = threading.Event(), [0]
 
   def decode_on():
@@ -111,7 +112,8 @@ def main():
     return metrics
 
   synthetic = train.put_batch(setup.mesh, train.random_batch(args.batch, 224, 1000, size=dataset.size))
-  out = dict(batch=args.batch, cores=os.cpu_count(), devices=len(jax.devices()), rows=[])
+  out = dict(batch=args.batch, cores=os.cpu_count(), cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()),
+             rows=[])
   out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), args.batch, args.steps)
   print(f"synthetic: {out['synthetic_images_per_s']:,.0f} images/s", flush=True)
   out["decoders"] = [decoder_rates(dataset, setup, args.batch, backends, lambda: step(synthetic), args.steps)
