@@ -37,8 +37,8 @@ carries; scripts/comm_report.py lists them beside the layer table's figures), an
 HLO line as compiled, after the computation that holds it (collective_hlo, cut to 300 characters): what the bytes
 were read from.
 --compilation_cache DIR lets the rows' processes (and later runs) share compiled programs and XLA's autotuning
-results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds each row took to build and compile its step (build_s) and,
-run apart, its whole process (process_s).
+results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds
+each row took to build and compile its step (build_s) and, run apart, its whole process (process_s).
 """
 
 import json

@@ -28,6 +28,7 @@ import glob
 import mmap
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -186,11 +187,15 @@ class _Device:
                   for _ in range(SLOTS)]
     self.copies, self.done = [None] * SLOTS, 0
 
+  def _exited(self) -> DataError:
+    self.process.join(5)
+    return DataError(f"the decoding process of {self.device} exited (code {self.process.exitcode})")
+
   def _receive(self):
     try:
       kind, value = self.conn.recv()
-    except EOFError:
-      raise DataError(f"the decoding process of {self.device} exited (code {self.process.exitcode})") from None
+    except (EOFError, OSError):  # its end of the pipe is closed
+      raise self._exited() from None
     if kind == "error":
       raise DataError(f"the decoding process of {self.device} failed: {value}")
     return value
@@ -206,7 +211,10 @@ class _Device:
     limit = int(ends[fits][-1]) if fits.any() else 0
     self.cut.append(np.flatnonzero(~fits & (np.diff(ends, prepend=0) > 0)).tolist())
     room[:limit] = flat[begin:begin + limit]
-    self.conn.send(("decode", half, np.minimum(ends, limit)))
+    try:
+      self.conn.send(("decode", half, np.minimum(ends, limit)))
+    except OSError:  # its end of the pipe is closed
+      raise self._exited() from None
 
   def wait(self) -> list[int]:
     """The rows of the oldest batch submitted that the process failed to decode or was not sent, once it has
@@ -275,8 +283,10 @@ def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends:
            pixel_path: str | None):
   """A decoding process: for each ("decode", half, ends) it decodes the rows with bytes in that half of the shared
   JPEG buffer into the same half of its output (device `ordinal`'s memory, whose IPC handle it sends once started;
-  shared host memory on CPU devices) and answers with the rows that failed. `backends`: 'all', nvImageCodec's own choice, or 'hardware',
-  the GPU's JPEG engines for every image (load hint 1) and the others for what they fail."""
+  shared host memory on CPU devices) and answers with the rows that failed, or with the error that stopped it.
+  `backends`: 'all', nvImageCodec's own choice, or 'hardware', the GPU's JPEG engines for every image (load hint
+  1) and the others for what they fail."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is the training process's to handle
   try:
     nv = require()
     block = n * size * size * 3
@@ -302,17 +312,24 @@ def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends:
     return
   conn.send(("ready", handle))
   while True:
-    kind, *message = conn.recv()
+    try:
+      kind, *message = conn.recv()
+    except EOFError:  # the training process has gone
+      return
     if kind == "stop":
       return
     half, ends = message
     start_s = time.perf_counter()
     starts = np.concatenate([[0], ends[:-1]])
     todo = [r for r in range(len(ends)) if ends[r] > starts[r]]
-    out = decoder.decode([nv.CodeStream(jpegs[half, starts[r]:ends[r]]) for r in todo],
-                         images=[rows[half][r] for r in todo], cuda_stream=stream) if todo else []
-    if ordinal is not None:
-      cuda.synchronize(stream)
+    try:
+      out = decoder.decode([nv.CodeStream(jpegs[half, starts[r]:ends[r]]) for r in todo],
+                           images=[rows[half][r] for r in todo], cuda_stream=stream) if todo else []
+      if ordinal is not None:
+        cuda.synchronize(stream)
+    except Exception as e:  # noqa: BLE001  (the training process raises it)
+      conn.send(("error", f"{type(e).__name__}: {e}"))
+      return
     conn.send(("done", ([r for r, image in zip(todo, out) if image is None], time.perf_counter() - start_s)))
 
 
