@@ -156,8 +156,8 @@ class _Device:
     self.device, self.rows, self.size = device, rows, size
     self.count, self.row_bytes = rows.stop - rows.start, size * size * 3
     self.ordinal = None if device.platform == "cpu" else device.local_hardware_id
-    # A half of each per batch in flight; a batch's JPEGs take far less than its pixels (submit).
-    self.jpegs = _Shared(IN_FLIGHT * self.count * self.row_bytes)
+    self.room = _jpeg_room(self.count, size)  # per batch in flight, as the pixel buffers
+    self.jpegs = _Shared(IN_FLIGHT * self.room)
     self.pixels = _Shared(IN_FLIGHT * self.count * self.row_bytes) if self.ordinal is None else None
     context = multiprocessing.get_context("spawn")  # this process runs CUDA and threads: never fork it
     self.conn, child = context.Pipe()
@@ -206,7 +206,7 @@ class _Device:
     JPEG's headers outweigh its pixels) are sent empty and reported as failed (wait): the host decodes them."""
     begin = int(ends[self.rows.start - 1]) if self.rows.start else 0
     ends = ends[self.rows] - begin
-    room = self.jpegs.array[half * self.count * self.row_bytes:][:self.count * self.row_bytes]
+    room = self.jpegs.array[half * self.room:][:self.room]
     fits = ends <= len(room)
     limit = int(ends[fits][-1]) if fits.any() else 0
     self.cut.append(np.flatnonzero(~fits & (np.diff(ends, prepend=0) > 0)).tolist())
@@ -260,14 +260,28 @@ class _Device:
         shared.unlink()
 
 
+def _jpeg_room(count: int, size: int) -> int:
+  """Bytes of shared memory for the JPEGs of `count` rows of size×size: half their pixels' bytes. The paper's store
+  needs an eighth (23 KB for 196 KB); rows past it go to the host (submit)."""
+  return count * size * size * 3 // 2
+
+
 class _Shared:
   """Shared memory that a child process maps by path: a file in /dev/shm, unlinked once both have mapped it. Not
-  multiprocessing.shared_memory: its resource tracker would unlink it when the child exits, and warn."""
+  multiprocessing.shared_memory: its resource tracker would unlink it when the child exits, and warn. The memory is
+  reserved when made (a container's small /dev/shm gives one clear error here, not a bus error on first write)."""
 
   def __init__(self, size: int, path: str | None = None):
     if path is None:
-      fd, path = tempfile.mkstemp(prefix="alexnet_jax_nvdecode_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-      os.ftruncate(fd, size)
+      folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+      fd, path = tempfile.mkstemp(prefix="alexnet_jax_nvdecode_", dir=folder)
+      try:
+        os.posix_fallocate(fd, 0, size)
+      except OSError as e:
+        os.close(fd)
+        os.unlink(path)
+        raise DataError(f"decoding on the devices needs {size / 2**20:,.0f} MiB more of shared memory in {folder} "
+                        f"({e.strerror}): give it more room (docker run --shm-size)") from None
     else:
       fd = os.open(path, os.O_RDWR)
     self.path, self.map = path, mmap.mmap(fd, size)
@@ -290,7 +304,7 @@ def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends:
   try:
     nv = require()
     block = n * size * size * 3
-    jpegs = _Shared(IN_FLIGHT * block, jpeg_path).array.reshape(IN_FLIGHT, block)
+    jpegs = _Shared(IN_FLIGHT * _jpeg_room(n, size), jpeg_path).array.reshape(IN_FLIGHT, -1)
     threads = max(1, min(threads, (os.cpu_count() or 2) - 1))  # nvImageCodec warns of more, and takes fewer
     if ordinal is None:
       pixels = _Shared(IN_FLIGHT * block, pixel_path).array.reshape(IN_FLIGHT, n, size, size, 3)
