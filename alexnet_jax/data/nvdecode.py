@@ -202,8 +202,9 @@ class _Device:
 
   def submit(self, flat: np.ndarray, ends: np.ndarray, half: int) -> None:
     """Hands the process this device's rows of a batch, to decode in `half` of its buffers: JPEG bytes `flat`, row
-    r's ending at ends[r] (empty rows are the host's). Rows past what the shared buffer holds (tiny images: a
-    JPEG's headers outweigh its pixels) are sent empty and reported as failed (wait): the host decodes them."""
+    r's ending at ends[r] (empty rows are the host's). Rows past what the shared buffer holds (_jpeg_room:
+    tiny images, whose headers outweigh their pixels) are sent empty and reported as failed (wait): the host
+    decodes them."""
     begin = int(ends[self.rows.start - 1]) if self.rows.start else 0
     ends = ends[self.rows] - begin
     room = self.jpegs.array[half * self.room:][:self.room]
