@@ -35,7 +35,8 @@ system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` 
 collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
 carries; scripts/comm_report.py lists them beside the layer table's figures), and in the JSON each collective's
 HLO line as compiled, after the computation that holds it (collective_hlo, cut to 300 characters): what the bytes
-were read from.
+were read from; and the XLA_FLAGS and NCCL_* settings the row ran under (settings), which every row of a call
+shares: to compare settings, run the call under each.
 --compilation_cache DIR lets the rows' processes (and later runs) share compiled programs and XLA's autotuning
 results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds
 each row took to build and compile its step (build_s) and, run apart, its whole process (process_s).
@@ -105,6 +106,11 @@ def _first(value) -> float:
   return float(np.ravel(value)[0])
 
 
+def process_settings() -> dict:
+  """The environment that tunes XLA and NCCL under this process (XLA_FLAGS, NCCL_*): part of what a row measured."""
+  return {k: v for k, v in sorted(os.environ.items()) if k == "XLA_FLAGS" or k.startswith("NCCL_")}
+
+
 def measure(system, config, devices: int | None, steps: int, windows: int, peak_tflops: float) -> dict:
   """Builds the system's step for `config` on the first `devices` devices (None: all) in this process and times it."""
   import jax  # noqa: PLC0415  (the parent of --separate runs never starts a backend: its children need the devices)
@@ -146,7 +152,8 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
               loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
               collective_bytes=collective_bytes(s.setup.net.table, hlo_text), device=devices[0].device_kind,
-              build_s=build_s, collective_hlo=[f"{c.computation}: {c.text}" for c in hlo.collectives(hlo_text)])
+              build_s=build_s, collective_hlo=[f"{c.computation}: {c.text}" for c in hlo.collectives(hlo_text)],
+              settings=process_settings())
 
 
 def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:

@@ -14,16 +14,17 @@ from alexnet_jax.networks import alexnet
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def script(name, *args, timeout=300):
+def script(name, *args, timeout=300, env=None):
   return subprocess.run([sys.executable, f"scripts/{name}", "--config", "configs/demo.py", *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=timeout)
+                        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   out = tmp_path / "rows.json"
   cache = tmp_path / "cache"
   run = script("benchmark.py", "--systems=xla:split,plain:split,triton:one", "--dtypes=float32", "--batches=4",
-               "--steps=1", "--windows=1", f"--json={out}", f"--compilation_cache={cache}")
+               "--steps=1", "--windows=1", f"--json={out}", f"--compilation_cache={cache}",
+               env=dict(NCCL_PROTO="Simple"))
   # triton:one cannot run on a CPU: its row says why, the others are timed, and the run ends with one error line.
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == "error: 1 of 3 runs failed (their rows say why)"
   rows = {r["system"]: r for r in json.loads(out.read_text())}
@@ -33,6 +34,7 @@ def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
     assert r["devices"] == 2 and r["batch"] == 4 and r["images_per_s"] > 0 and r["step_ms"] > 0
     assert r["flops_per_image"] == systems.train_flops_per_image(alexnet(num_classes=10, width=0.25), 112)
     assert 0 < r["mfu"] < 1e-3  # a CPU against an H200's peak
+    assert r["settings"]["NCCL_PROTO"] == "Simple"  # what the row ran under, to compare calls
     assert {"conv3 all-gather", "fc6 all-gather", "fc7 all-gather", "fc8 all-reduce"} <= set(r["collective_bytes"])
   assert ours["collective_bytes"] == plain["collective_bytes"]  # the same network moves the same bytes
   assert ours["vs_plain"] == pytest.approx(ours["images_per_s"] / plain["images_per_s"])
