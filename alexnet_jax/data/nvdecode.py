@@ -322,30 +322,25 @@ def _serve(conn, ordinal: int | None, n: int, size: int, threads: int, backends:
                            backends=chosen if backends == "hardware" else None)
       rows = [[nv.as_image(_Row(pointer + (half * n + r) * size * size * 3, size, stream)) for r in range(n)]
               for half in range(IN_FLIGHT)]
-  except Exception as e:  # noqa: BLE001  (the training process raises it)
-    conn.send(("error", f"{type(e).__name__}: {e}"))
-    return
-  conn.send(("ready", handle))
-  while True:
-    try:
-      kind, *message = conn.recv()
-    except EOFError:  # the training process has gone
-      return
-    if kind == "stop":
-      return
-    half, ends = message
-    start_s = time.perf_counter()
-    starts = np.concatenate([[0], ends[:-1]])
-    todo = [r for r in range(len(ends)) if ends[r] > starts[r]]
-    try:
+    conn.send(("ready", handle))
+    while True:
+      try:
+        kind, *message = conn.recv()
+      except EOFError:  # the training process has gone
+        return
+      if kind == "stop":
+        return
+      half, ends = message
+      start_s = time.perf_counter()
+      starts = np.concatenate([[0], ends[:-1]])
+      todo = [r for r in range(len(ends)) if ends[r] > starts[r]]
       out = decoder.decode([nv.CodeStream(jpegs[half, starts[r]:ends[r]]) for r in todo],
                            images=[rows[half][r] for r in todo], cuda_stream=stream) if todo else []
       if ordinal is not None:
         cuda.synchronize(stream)
-    except Exception as e:  # noqa: BLE001  (the training process raises it)
-      conn.send(("error", f"{type(e).__name__}: {e}"))
-      return
-    conn.send(("done", ([r for r, image in zip(todo, out) if image is None], time.perf_counter() - start_s)))
+      conn.send(("done", ([r for r, image in zip(todo, out) if image is None], time.perf_counter() - start_s)))
+  except Exception as e:  # noqa: BLE001  (starting or decoding: the training process raises it)
+    conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
 @jax.jit
