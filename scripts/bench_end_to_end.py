@@ -7,9 +7,10 @@ The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; anot
 --config-like flags is a job for benchmark.py). Rows, all in one process and one compiled step:
   synthetic   the step on a batch of random 256×256 images already on the devices, steps back to back;
   decoders    for each of nvImageCodec's backend choices (config.dataset.gpu_backends), nvdecode.DeviceDecoder on
-              the store's first batch over and over: images/s of all devices together, per device (each decodes
-              its own rows at the same time) and how busy its processes were; then the same from a thread while
-              the synthetic step runs: the decoder's images/s and the step's, against the step's alone;
+              the store's first batch over and over, two batches in flight as the feed runs it: images/s of all
+              devices together, per device (each decodes its own rows at the same time) and how busy its
+              processes were; then the same from a thread while the synthetic step runs with at most AHEAD steps
+              queued, as in training: the decoder's images/s and the step's, against the step's alone so run;
   host        for each setting decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone
               (Grain over the store with `workers` worker processes of `threads` threads:
               bench_input.pipeline_rate);
@@ -20,6 +21,7 @@ The end-to-end rows time `--steps` steps after the batches built ahead during st
 """
 
 import argparse
+import collections
 import functools
 import json
 import os
@@ -33,7 +35,7 @@ import numpy as np
 from alexnet_jax import train
 from alexnet_jax.config import GPU_BACKENDS, paper_config
 from alexnet_jax.data import get_dataset, iterate, nvdecode, train_batches
-from alexnet_jax.data.feed import AHEAD, Feed
+from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
 from bench_input import pipeline_rate  # scripts/, beside this file
 
@@ -51,38 +53,56 @@ def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
   return statistics.median(rates)
 
 
-def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, steps: int, seconds: float = 3.0) -> dict:
+def decode_rate(decoder, host_batch: dict, batch: int, seconds: float, stop: threading.Event | None = None) -> float:
+  """Images/s of `decoder` on `host_batch` over and over for `seconds` (or until `stop`), as the feed drives it: the
+  next batch handed over before the last is collected (IN_FLIGHT)."""
+  start, done, pending = time.perf_counter(), 0, collections.deque()
+  while time.perf_counter() - start < seconds and not (stop and stop.is_set()):
+    pending.append(decoder.start(host_batch))
+    if len(pending) == IN_FLIGHT:
+      images, _, _ = pending.popleft()()
+      done += batch
+  while pending:
+    images, _, _ = pending.popleft()()
+    done += batch
+  jax.block_until_ready(images)
+  return done / (time.perf_counter() - start)
+
+
+def bounded_rate(step_fn, batch: int, seconds: float) -> float:
+  """Images/s of step_fn for `seconds` with at most AHEAD steps queued on the devices, as in training, where the
+  loop waits for its batches: a step queued behind many others would hold back whatever the decoder queues."""
+  start, done, queued = time.perf_counter(), 0, collections.deque()
+  while time.perf_counter() - start < seconds:
+    queued.append(step_fn())
+    done += batch
+    if len(queued) > AHEAD:
+      jax.block_until_ready(queued.popleft())
+  jax.block_until_ready(queued[-1])
+  return done / (time.perf_counter() - start)
+
+
+def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: float = 3.0) -> dict:
   """The device decoder (nvImageCodec's `backends`) on the store's first batch, over and over: alone, then from a
-  thread while the training step runs back to back (its images/s then, against the step's alone)."""
+  thread while the training step runs (at most AHEAD steps queued): both rates, against the step's alone."""
   host_batch, _ = dataset.train.jpeg_batch(np.arange(batch), np.zeros(0, np.int32))
   decoder = nvdecode.DeviceDecoder(train.batch_sharding(setup.mesh, 4), batch, dataset.train, nvdecode.THREADS,
                                    backends)
   jax.block_until_ready(decoder(host_batch)[0])
-  busy_before = sum(device.decode_s for device in decoder.devices)
-  start, done = time.perf_counter(), 0
-  while time.perf_counter() - start < seconds:
-    images, _, _ = decoder(host_batch)
-    done += batch
-  jax.block_until_ready(images)
-  elapsed = time.perf_counter() - start
-  busy = (sum(device.decode_s for device in decoder.devices) - busy_before) / elapsed / len(decoder.devices)
-  out = dict(backends=backends, images_per_s=done / elapsed, per_device=done / elapsed / len(decoder.devices),
-             processes_busy=busy,  # and the cores each may run on: a child inherits its parent's affinity
-             processes_cpus=[len(os.sched_getaffinity(device.process.pid)) for device in decoder.devices])
-  stop, decoded = threading.Event(), [0]
-
-  def decode_on():
-    while not stop.is_set():
-      jax.block_until_ready(decoder(host_batch)[0])
-      decoded[0] += batch
-
-  thread = threading.Thread(target=decode_on, daemon=True)
+  busy_before, start = decoder.seconds["decode"], time.perf_counter()
+  rate = decode_rate(decoder, host_batch, batch, seconds)
+  busy = (decoder.seconds["decode"] - busy_before) / (time.perf_counter() - start) / len(decoder.devices)
+  out = dict(backends=backends, images_per_s=rate, per_device=rate / len(decoder.devices), processes_busy=busy,
+             # and the cores each may run on: a child inherits its parent's affinity
+             processes_cpus=[len(os.sched_getaffinity(device.process.pid)) for device in decoder.devices],
+             step_images_per_s_alone=bounded_rate(step_fn, batch, seconds))
+  stop, beside = threading.Event(), []
+  thread = threading.Thread(target=lambda: beside.append(decode_rate(decoder, host_batch, batch, 1e9, stop)))
   thread.start()
-  start, first = time.perf_counter(), decoded[0]
-  out["step_images_per_s_beside"] = images_per_s(step_fn, batch, steps)
-  out["images_per_s_beside_training"] = (decoded[0] - first) / (time.perf_counter() - start)
+  out["step_images_per_s_beside"] = bounded_rate(step_fn, batch, seconds)
   stop.set()
   thread.join()
+  out["images_per_s_beside_training"] = beside[0]
   decoder.close()
   return out
 
@@ -116,7 +136,7 @@ def main():
              rows=[])
   out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), args.batch, args.steps)
   print(f"synthetic: {out['synthetic_images_per_s']:,.0f} images/s", flush=True)
-  out["decoders"] = [decoder_rates(dataset, setup, args.batch, backends, lambda: step(synthetic), args.steps)
+  out["decoders"] = [decoder_rates(dataset, setup, args.batch, backends, lambda: step(synthetic))
                      for backends in GPU_BACKENDS]
   for row in out["decoders"]:
     print(f"device decoder: {row}", flush=True)
@@ -127,16 +147,19 @@ def main():
                                host_share=float(share[0]) if share else 0.0, gpu_backends=backends or "all"))
     data = get_dataset(config)
     host = pipeline_rate(data, args.batch, args.steps, workers)
-    feed = Feed(iterate(train_batches(data, args.batch), 0, workers), train.device_put_fn(config, setup, data))
+    put = train.device_put_fn(config, setup, data)
+    feed = Feed(iterate(train_batches(data, args.batch), 0, workers), put)
+    decoding = getattr(put, "seconds", {})
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
       jax.block_until_ready(step(next(feed)[0]))
-    before, start = dict(feed.seconds), time.perf_counter()
+    before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), args.batch, args.steps, windows=1)  # noqa: B023
     elapsed = time.perf_counter() - start
     feed.close()
     row = dict(decoder=setting.split(":")[0], workers=workers, threads=int(threads), host_share=data.host_share,
                host_images_per_s=host, images_per_s=rate, of_synthetic=rate / out["synthetic_images_per_s"],
-               feed={k: (feed.seconds[k] - before[k]) / elapsed for k in before})
+               feed={k: (feed.seconds[k] - before[k]) / elapsed for k in before},
+               decoding={k: (decoding[k] - decoding_before[k]) / elapsed for k in decoding})
     out["rows"].append(row)
     print(row, flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "

@@ -391,6 +391,8 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
     np.testing.assert_array_equal(np.asarray(finish()[0]), host.batch(rows)[0])
   batch = host.jpeg_batch(halves[1], np.array([0], np.int32))[0]
   np.testing.assert_array_equal(np.asarray(decoder(batch)[0]), host.batch(halves[1])[0])
+  assert set(decoder.seconds) == {"start", "wait", "collect", "decode"}
+  assert decoder.seconds["decode"] > 0 and min(decoder.seconds.values()) >= 0
   decoder.devices[1].process.kill()  # a decoding process that dies is named, not waited for
   with pytest.raises(DataError, match=r"the decoding process of cpu:1 exited \(code -9\)"):
     decoder(batch)

@@ -97,6 +97,9 @@ class DeviceDecoder:
               for device, index in sharding.addressable_devices_indices_map(self.shape).items()}
     first = min(rows.start for rows in blocks.values())  # this process's rows start there
     self.devices, self._started, self._finished = [], 0, 0
+    # where this process's time went, for benchmarks: handing batches over, waiting for the processes, collecting
+    # their pixels (copies, the host's rows); 'decode': the processes' time in decoding calls, summed over them
+    self.seconds = dict(start=0.0, wait=0.0, collect=0.0, decode=0.0)
     self.close = weakref.finalize(self, _close_all, self.devices)
     for device, rows in blocks.items():  # the processes start together
       self.devices.append(_Device(device, slice(rows.start - first, rows.stop - first), host.size, threads,
@@ -118,10 +121,11 @@ class DeviceDecoder:
     the processes decode the next batch while this one's pixels are collected (data.feed.Feed does so)."""
     if self._started - self._finished == IN_FLIGHT:
       raise RuntimeError(f"at most {IN_FLIGHT} batches can be decoding at once")
-    half = self._started % IN_FLIGHT
+    half, begin = self._started % IN_FLIGHT, time.perf_counter()
     for device in self.devices:  # they decode at once
       device.submit(batch["jpeg"], batch["jpeg_end"], half)
     self._started += 1
+    self.seconds["start"] += time.perf_counter() - begin
     return functools.partial(self._finish, batch, half)
 
   def _finish(self, batch: dict, half: int) -> tuple[jax.Array, np.ndarray, int]:
@@ -132,7 +136,11 @@ class DeviceDecoder:
       start, stop = device.rows.start, device.rows.stop
       first, last = np.searchsorted(batch["host_rows"], [start, stop])  # host_rows ascend
       rows, images = batch["host_rows"][first:last] - start, batch["host_image"][first:last]
-      failed = device.wait()
+      begin = time.perf_counter()
+      failed, decode_s = device.wait()
+      collect = time.perf_counter()
+      self.seconds["wait"] += collect - begin
+      self.seconds["decode"] += decode_s
       if failed:
         more = np.empty((len(failed), *self.shape[1:]), np.uint8)
         for r, image in zip(failed, more):
@@ -140,6 +148,7 @@ class DeviceDecoder:
           skipped += skips
         rows, images = np.concatenate([rows, failed]), np.concatenate([images, more])
       blocks.append(device.finish(rows.astype(np.int32), images, half))
+      self.seconds["collect"] += time.perf_counter() - collect
     self._finished += 1
     return jax.make_array_from_single_device_arrays(self.shape, self.sharding, blocks), labels, skipped
 
@@ -168,7 +177,6 @@ class _Device:
     self.process.start()
     child.close()
     self.source, self.cut = None, collections.deque()  # cut: per batch in flight, the rows it could not send
-    self.decode_s = 0.0  # the process's time in decoding calls, for benchmarks
 
   def connect(self) -> None:
     """Waits for the process to start; maps its output buffer and allocates this device's batch buffers (CUDA)."""
@@ -217,12 +225,11 @@ class _Device:
     except OSError:  # its end of the pipe is closed
       raise self._exited() from None
 
-  def wait(self) -> list[int]:
+  def wait(self) -> tuple[list[int], float]:
     """The rows of the oldest batch submitted that the process failed to decode or was not sent, once it has
-    decoded the others."""
+    decoded the others, and the seconds its decoding call took."""
     failed, seconds = self._receive()
-    self.decode_s += seconds
-    return sorted(failed + self.cut.popleft())
+    return sorted(failed + self.cut.popleft()), seconds
 
   def finish(self, rows: np.ndarray, images: np.ndarray, half: int) -> jax.Array:
     """This device's block: the rows decoded into `half`, with the host's `images` at `rows`. Those go over as one
