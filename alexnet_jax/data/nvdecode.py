@@ -11,8 +11,11 @@ becomes the device's block of the batch. Each process holds IN_FLIGHT batches (h
 the next while this process collects the last. A batch buffer is written again only after its copy has run, so no
 step can read a buffer while it is rewritten. Why processes: in the training process, nvImageCodec's host-side work
 per image shared one interpreter with the loop (two H200s decoded 17,127 images/s for training); a process per GPU
-decoded 63,776 images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). A row that nvJPEG fails to decode
-is decoded by the host decoder, which also substitutes and counts an unreadable image, as it would have on the host.
+decoded 63,776 images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). But beside a training step the GPU
+decodes little either way: a process per GPU 10,900 images/s for both (75,000 alone), the step 21 % slower (the GPU
+time-slices the two processes' CUDA contexts); threads of the training process 2,200–8,400 per GPU (2026-12-01).
+A row that nvJPEG fails to decode is decoded by the host decoder, which also substitutes and counts an unreadable
+image, as it would have on the host.
 
 On CPU devices (tests) the same processes decode with nvImageCodec's libjpeg-turbo backend into shared host
 memory: the same pixels as decode.Decoder's, exactly. On the GPU nvJPEG's IDCT differs from libjpeg-turbo's by at

@@ -210,9 +210,10 @@ def make_dataset(config, train, test, num_classes: int) -> Dataset:
 
 def _decoder(choice: str) -> str:
   """config.dataset.decoder with 'auto' resolved to the faster: on 2×H200 and their 32-core host, the host's
-  libjpeg-turbo in 16 worker processes fed training 34,749 images/s from the paper's store, the devices'
-  nvImageCodec, a process per device, 27,828–36,282 (17,127 from the training process), no more with part of each
-  batch decoded by the host (2026-11-30, scripts/bench_end_to_end.py; docs/BENCHMARKS.md)."""
+  libjpeg-turbo in 16 worker processes fed training 33,768–34,749 images/s from the paper's store, the devices'
+  nvImageCodec, a process per device, 27,828–41,398 (2026-11-30 and 12-01, scripts/bench_end_to_end.py;
+  docs/BENCHMARKS.md): no faster within the runs' spread, and a GPU that trains decodes little beside it (10,900
+  images/s for both, 75,000 alone), so the host, which every machine has, decodes."""
   if choice == "auto":
     return "cpu"
   if choice == "gpu":
