@@ -1,16 +1,18 @@
 """Training on a store, end to end, against the same step on synthetic data, on the devices present:
 
   python scripts/bench_end_to_end.py --store DIR [--batch 512] [--steps 48]
-      [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--backend triton] [--json OUT.json]
+      [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--backend triton] [--json OUT.json]
 
-The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; another mesh or backend with
---config-like flags is a job for benchmark.py). Rows, all in one process and one compiled step:
+The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; both towers on the device if there is
+one; another mesh or backend with --config-like flags is a job for benchmark.py). Rows, all in one process and one
+compiled step:
   synthetic   the step on a batch of random 256×256 images already on the devices, steps back to back;
-  decoders    for each of nvImageCodec's backend choices (config.dataset.gpu_backends), nvdecode.DeviceDecoder on
-              the store's first batch over and over, two batches in flight as the feed runs it: images/s of all
-              devices together, per device (each decodes its own rows at the same time) and how busy its
-              processes were; then the same from a thread while the synthetic step runs with at most AHEAD steps
-              queued, as in training: the decoder's images/s and the step's, against the step's alone so run;
+  decoders    for each of nvImageCodec's backend choices in --decoder_rows (config.dataset.gpu_backends),
+              nvdecode.DeviceDecoder on the store's first batch over and over, two batches in flight as the feed
+              runs it: images/s of all devices together, per device (each decodes its own rows at the same time)
+              and how busy its processes were; then the same from a thread while the synthetic step runs with at
+              most AHEAD steps queued, as in training: the decoder's images/s and the step's, against the step's
+              alone so run;
   host        for each setting decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone
               (Grain over the store with `workers` worker processes of `threads` threads:
               bench_input.pipeline_rate);
@@ -115,11 +117,14 @@ def main():
   parser.add_argument("--settings", default="cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:16:2:0.4",
                       help="decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
   parser.add_argument("--backend", default="triton", help="kernel_backend (xla for a quick run on CPU)")
+  parser.add_argument("--decoder_rows", default=",".join(GPU_BACKENDS),
+                      help="the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
   parser.add_argument("--json")
   args = parser.parse_args()
   config = paper_config()
   config.dataset.update(dict(name="store", data_dir=args.store, eval_split="validation"))
   config.batch_size, config.dtype, config.kernel_backend = args.batch, "bfloat16", args.backend
+  config.mesh.model = min(config.mesh.model, len(jax.devices()))  # one device: both towers on it, grouped
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
   state = train.create_train_state(setup, config, jax.random.key(0))
@@ -137,7 +142,7 @@ def main():
   out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), args.batch, args.steps)
   print(f"synthetic: {out['synthetic_images_per_s']:,.0f} images/s", flush=True)
   out["decoders"] = [decoder_rates(dataset, setup, args.batch, backends, lambda: step(synthetic))
-                     for backends in GPU_BACKENDS]
+                     for backends in filter(None, args.decoder_rows.split(","))]
   for row in out["decoders"]:
     print(f"device decoder: {row}", flush=True)
   for setting in args.settings.split(","):
