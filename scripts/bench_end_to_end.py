@@ -18,7 +18,8 @@ compiled step:
               bench_input.pipeline_rate);
   end to end  the training loop's input path as train.py runs it (those host batches, data.feed.Feed putting or
               decoding them from its thread, steps back to back); images/s, the ratio to synthetic, and where the
-              feed's thread spent the time: waiting for host batches, putting them, waiting for the loop.
+              feed's thread spent the time: waiting for host batches, putting them, waiting for the loop; where
+              the devices decode, the decoder's too (nvdecode.DeviceDecoder.seconds, shares of the time).
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
