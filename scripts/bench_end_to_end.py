@@ -1,12 +1,12 @@
 """Training on a store, end to end, against the same step on synthetic data, on the devices present:
 
-  python scripts/bench_end_to_end.py --store DIR [--batch 512] [--steps 48]
-      [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--backend triton] [--json OUT.json]
+  python scripts/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
+      [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--json OUT.json]
 
-The paper's config at `--batch` (bf16, Triton kernels, the two-tower split; both towers on the device if there is
-one; another mesh or backend with --config-like flags is a job for benchmark.py). Rows, all in one process and one
-compiled step:
-  synthetic   the step on a batch of random 256×256 images already on the devices, steps back to back;
+The config's network, mesh, batch size, dtype and kernels (e.g. --config.dtype=bfloat16 --config.batch_size=512 for
+the figures in docs/BENCHMARKS.md) over the store; on a single device both towers train on it (mesh.model 1).
+Rows, all in one process and one compiled step:
+  synthetic   the step on a batch of random S×S images already on the devices, steps back to back;
   decoders    for each of nvImageCodec's backend choices in --decoder_rows (config.dataset.gpu_backends),
               nvdecode.DeviceDecoder on the store's first batch over and over, two batches in flight as the feed
               runs it: images/s of all devices together, per device (each decodes its own rows at the same time)
@@ -23,7 +23,6 @@ compiled step:
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
-import argparse
 import collections
 import functools
 import json
@@ -34,9 +33,10 @@ import time
 
 import jax
 import numpy as np
+from absl import flags
 
-from alexnet_jax import train
-from alexnet_jax.config import GPU_BACKENDS, paper_config
+from alexnet_jax import cli, train
+from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
 from alexnet_jax.data import get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
@@ -110,21 +110,22 @@ def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: f
   return out
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--store", required=True)
-  parser.add_argument("--batch", type=int, default=512)
-  parser.add_argument("--steps", type=int, default=48)
-  parser.add_argument("--settings", default="cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:16:2:0.4",
-                      help="decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
-  parser.add_argument("--backend", default="triton", help="kernel_backend (xla for a quick run on CPU)")
-  parser.add_argument("--decoder_rows", default=",".join(GPU_BACKENDS),
-                      help="the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
-  parser.add_argument("--json")
-  args = parser.parse_args()
-  config = paper_config()
-  config.dataset.update(dict(name="store", data_dir=args.store, eval_split="validation"))
-  config.batch_size, config.dtype, config.kernel_backend = args.batch, "bfloat16", args.backend
+cli.define_config("a configs/*.py file")
+flags.DEFINE_string("store", None, "the store that scripts/prepare_data.py wrote")
+flags.DEFINE_integer("steps", 48, "steps timed per row")
+flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:16:2:0.4",
+                    "decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
+flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
+                    "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
+flags.DEFINE_string("json", None, "write the rows here")
+
+
+def main(argv):
+  del argv
+  args = flags.FLAGS
+  config = args.config
+  apply_process_settings(config)
+  config.dataset.update(dict(name="store", data_dir=args.store, eval_split="validation", num_classes=0))
   config.mesh.model = min(config.mesh.model, len(jax.devices()))  # one device: both towers on it, grouped
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
@@ -137,12 +138,14 @@ def main():
     state, metrics = p_train_step(state, batch, key)
     return metrics
 
-  synthetic = train.put_batch(setup.mesh, train.random_batch(args.batch, 224, 1000, size=dataset.size))
-  out = dict(batch=args.batch, cores=os.cpu_count(), cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()),
-             rows=[])
-  out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), args.batch, args.steps)
+  batch = config.batch_size
+  synthetic = train.put_batch(setup.mesh, train.random_batch(batch, config.image_size, dataset.num_classes,
+                                                             size=dataset.size))
+  out = dict(batch=batch, dtype=config.dtype, kernel_backend=config.kernel_backend, cores=os.cpu_count(),
+             cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()), rows=[])
+  out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), batch, args.steps)
   print(f"synthetic: {out['synthetic_images_per_s']:,.0f} images/s", flush=True)
-  out["decoders"] = [decoder_rates(dataset, setup, args.batch, backends, lambda: step(synthetic))
+  out["decoders"] = [decoder_rates(dataset, setup, batch, backends, lambda: step(synthetic))
                      for backends in filter(None, args.decoder_rows.split(","))]
   for row in out["decoders"]:
     print(f"device decoder: {row}", flush=True)
@@ -152,14 +155,14 @@ def main():
     config.dataset.update(dict(decoder=decoder, workers=workers, threads=int(threads),
                                host_share=float(share[0]) if share else 0.0, gpu_backends=backends or "all"))
     data = get_dataset(config)
-    host = pipeline_rate(data, args.batch, args.steps, workers)
+    host = pipeline_rate(data, batch, args.steps, workers)
     put = train.device_put_fn(config, setup, data)
-    feed = Feed(iterate(train_batches(data, args.batch), 0, workers), put)
+    feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
     decoding = getattr(put, "seconds", {})
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
       jax.block_until_ready(step(next(feed)[0]))
     before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
-    rate = images_per_s(lambda: step(next(feed)[0]), args.batch, args.steps, windows=1)  # noqa: B023
+    rate = images_per_s(lambda: step(next(feed)[0]), batch, args.steps, windows=1)  # noqa: B023
     elapsed = time.perf_counter() - start
     feed.close()
     row = dict(decoder=setting.split(":")[0], workers=workers, threads=int(threads), host_share=data.host_share,
@@ -180,4 +183,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main, required=["config", "store"])

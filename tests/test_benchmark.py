@@ -1,5 +1,5 @@
-"""scripts/benchmark.py and scripts/profile_step.py end to end on the demo config (tiny, CPU), and the reading of
-profiler traces."""
+"""scripts/benchmark.py, scripts/profile_step.py and scripts/bench_end_to_end.py end to end on the demo config (tiny,
+CPU), and the reading of profiler traces."""
 
 import json
 import os
@@ -101,3 +101,41 @@ def test_benchmark_rows_of_the_strategies_lab(tmp_path):
   assert {k.split()[0] for k in rows["xla:dp"]["collective_bytes"]} <= names
   assert {"conv1 all-reduce", "fc8 all-reduce"} <= set(rows["xla:dp"]["collective_bytes"])
   assert {"conv1 all-reduce", "fc6 all-gather", "fc6 reduce-scatter"} <= set(rows["xla:hybrid"]["collective_bytes"])
+
+
+def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(tmp_path):
+  """On two CPU devices, a 24-photo store: the decoder alone and beside the step, then the host decoding in this
+  process and the devices' processes decoding half of each batch, each row with where its time went."""
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  import bench_input  # noqa: PLC0415  (scripts/, not a package)
+
+  bench_input.write_folder(str(tmp_path / "photos"), 24)
+  prepare = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder",
+                            f"--data_dir={tmp_path / 'photos'}", f"--store={tmp_path / 'store'}", "--workers=1"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert prepare.returncode == 0, prepare.stderr[-2000:]
+  out = tmp_path / "end_to_end.json"
+  run = script("bench_end_to_end.py", f"--store={tmp_path / 'store'}", "--config.batch_size=4", "--steps=2",
+               "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all", f"--json={out}")
+  assert run.returncode == 0, run.stderr[-2000:]
+  result = json.loads(out.read_text())
+  assert result["devices"] == 2 and result["batch"] == 4 and result["synthetic_images_per_s"] > 0
+  (decoder,) = result["decoders"]
+  assert decoder["backends"] == "all" and decoder["per_device"] == pytest.approx(decoder["images_per_s"] / 2)
+  assert 0 < decoder["processes_busy"] <= 1.05 and decoder["images_per_s_beside_training"] > 0
+  assert decoder["step_images_per_s_alone"] > 0 and decoder["step_images_per_s_beside"] > 0
+  cpu, gpu = result["rows"]
+  assert (cpu["decoder"], cpu["host_share"], cpu["decoding"]) == ("cpu", 0.0, {})
+  assert gpu["decoder"] == "gpu" and gpu["host_share"] == 0.5
+  assert set(gpu["decoding"]) == {"start", "wait", "collect", "decode"} and gpu["decoding"]["decode"] > 0
+  for row in (cpu, gpu):
+    assert row["images_per_s"] > 0 and row["host_images_per_s"] > 0
+    assert row["of_synthetic"] == pytest.approx(row["images_per_s"] / result["synthetic_images_per_s"])
+    assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 1.5  # 2 steps: edges count
+  assert "of synthetic" in run.stdout
+
+
+def test_bench_end_to_end_needs_a_store():
+  run = script("bench_end_to_end.py", timeout=60)
+  assert run.returncode != 0 and "Traceback" not in run.stderr
+  assert "--store" in run.stderr.strip().splitlines()[-1]
