@@ -103,10 +103,10 @@ def test_benchmark_rows_of_the_strategies_lab(tmp_path):
   assert {"conv1 all-reduce", "fc6 all-gather", "fc6 reduce-scatter"} <= set(rows["xla:hybrid"]["collective_bytes"])
 
 
-def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(tmp_path):
+def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(tmp_path, monkeypatch):
   """On two CPU devices, a 24-photo store: the decoder alone and beside the step, then the host decoding in this
   process and the devices' processes decoding half of each batch, each row with where its time went."""
-  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
   import bench_input  # noqa: PLC0415  (scripts/, not a package)
 
   bench_input.write_folder(str(tmp_path / "photos"), 24)
