@@ -17,6 +17,7 @@ class ConvShape:
   w: tuple[int, int, int, int]  # (C/G, KH, KW, F)
   stride: int
   padding: int
+  groups: int = 1  # towers side by side on one device: each reads its own block of x
 
   @property
   def flops(self) -> int:
@@ -49,6 +50,19 @@ def tower_convs(table: Table, image_size: int = 224, batch: int = 128) -> list[C
     if layer.kind == "conv":
       w = params[layer.name]["kernel"][1:]  # the tower's kernel: its input channels are what it reads
       convs.append(ConvShape(layer.name, (w[0], *inputs[layer.name][1:]), w, layer.stride, layer.padding))
+  return convs
+
+
+def grouped_convs(table: Table, image_size: int = 224, batch: int = 128) -> list[ConvShape]:
+  """Each conv layer with every tower on one device, as grouped convolution: a tower that reads only its own maps is
+  a group; a layer reading every tower's maps (or the image) is one convolution with all towers' filters."""
+  params, inputs = traced_shapes(table, image_size, batch)
+  convs = []
+  for layer in table.layers:
+    if layer.kind == "conv":
+      towers, cin, kh, kw, f = params[layer.name]["kernel"]
+      x = inputs[layer.name]
+      convs.append(ConvShape(layer.name, x, (cin, kh, kw, towers * f), layer.stride, layer.padding, x[0] // cin))
   return convs
 
 

@@ -186,21 +186,14 @@ def test_nan_reaches_exactly_its_receptive_field(shape):
 
 
 def alexnet_grouped(batch=128):
-  """(x_shape, w_shape, stride, padding, groups) of each conv layer with the two towers on one device, traced from
-  the paper's table: a tower reading only its own maps is a group."""
-  from alexnet_jax.layer_shapes import traced_shapes  # noqa: PLC0415
+  """(x_shape, w_shape, stride, padding, groups) of each conv layer with the two towers on one device."""
+  from alexnet_jax.layer_shapes import grouped_convs  # noqa: PLC0415
   from alexnet_jax.networks import alexnet  # noqa: PLC0415
 
-  table = alexnet()
-  params, inputs = traced_shapes(table, 224, batch)
-  for layer in table.layers:
-    if layer.kind == "conv":
-      towers, cin, kh, kw, f = params[layer.name]["kernel"]
-      x_shape = inputs[layer.name]
-      yield x_shape, (cin, kh, kw, towers * f), layer.stride, layer.padding, x_shape[0] // cin
+  return [(s.x, s.w, s.stride, s.padding, s.groups) for s in grouped_convs(alexnet(), 224, batch)]
 
 
-ALEXNET = list(alexnet_grouped())
+ALEXNET = alexnet_grouped()
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", ALEXNET)

@@ -22,14 +22,17 @@ dx take the input dtype; dw partials stay float32. The data gradient is correct 
 only 1/S² of its gathered terms are live: stride 1 is the efficient case (AlexNet never needs conv1's data
 gradient). Offsets are int32: every tensor must hold fewer than 2³¹ elements.
 
-Blocking, chosen per shape by the *_launch functions (tl.dot needs every block dim ≥ 16; GPU tuning comes later):
-  BLOCK_P, BLOCK_Q (pixel×image columns)        next pow2 of their count, clamped to [16, 128]
-  BLOCK_F, BLOCK_C, BLOCK_R (filters, channels, (c, kh, kw) per group)   next pow2 of the count, clamped to [16, 128]
-  BLOCK_K (fwd, dgrad reduction step)           next pow2 of K, clamped to [16, 32]
-  BLOCK_P (wgrad reduction step)                next pow2 of OH·OW·N, clamped to [16, 64]
-  SPLIT, SPLIT_STEPS (wgrad)                    about 4096 columns a program, in whole BLOCK_P steps, none empty
+Tiles (`Tiles`: the GEMM's row, column and reduction blocks, warps, pipeline stages and, for the filter gradient,
+reduction columns per program), chosen per layer: for 16-bit inputs from `TUNED`, the table that
+scripts/tune_conv.py measured on the GPU (its docstring says where and when); otherwise by a rule of thumb:
+  rows, cols                       next pow2 of their count, clamped to [16, 128]
+  depth (fwd, dgrad K step)        next pow2 of K, clamped to [16, 32]; wgrad's column step: [16, 64]
+  wgrad columns per program        about 4096, in whole steps, none empty
   num_warps 8 for a 128×128 output tile, else 4; num_stages 3.
+tl.dot needs every block dim ≥ 16, and tl.arange powers of two.
 """
+
+import dataclasses
 
 import triton
 import triton.language as tl
@@ -171,8 +174,62 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, N: tl.constexpr, C: tl.constexpr, H
            mask=(r < R)[:, None] & (f < FG)[None, :])
 
 
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+  """One kernel's blocking. rows × cols is the output tile of a program, depth the reduction step:
+  fwd (BLOCK_F, BLOCK_P, BLOCK_K), dgrad (BLOCK_C, BLOCK_Q, BLOCK_K), wgrad (BLOCK_R, BLOCK_F, BLOCK_P)."""
+
+  rows: int
+  cols: int
+  depth: int
+  num_warps: int
+  num_stages: int
+  columns: int = WGRAD_COLUMNS_PER_PROGRAM  # wgrad: reduction columns per program (its split of the sum)
+
+  def __post_init__(self):
+    blocks = (self.rows, self.cols, self.depth)
+    if any(b < 16 or b & (b - 1) for b in blocks) or self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+      raise ValueError(f"tiles {self}: blocks must be powers of two ≥ 16 (tl.dot), warps a power of two ≤ 16")
+
+
+KERNELS = ("fwd", "dgrad", "wgrad")
+BLOCK_NAMES = {"fwd": ("BLOCK_F", "BLOCK_P", "BLOCK_K"), "dgrad": ("BLOCK_C", "BLOCK_Q", "BLOCK_K"),
+               "wgrad": ("BLOCK_R", "BLOCK_F", "BLOCK_P")}
+
+# (kernel, C/G, H, W, F/G, KH, KW, STRIDE, PAD) -> Tiles for 16-bit inputs; the batch N only lengthens the columns.
+TUNED: dict[tuple, Tiles] = {}
+
+
+def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
+  _, h, w, _ = x_shape
+  cg, kh, kw, f = w_shape
+  return (kernel, cg, h, w, f // groups, kh, kw, stride, padding)
+
+
 def _block(n: int, lo: int, hi: int) -> int:
   return min(hi, max(lo, triton.next_power_of_2(n)))
+
+
+def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> Tiles:
+  """The tiles a launch uses when none are given: the tuned table's for 16-bit inputs (float32 tiles take twice the
+  shared memory per stage), else the rule of thumb."""
+  tuned = TUNED.get(tile_key(kernel, x_shape, w_shape, stride, padding, groups))
+  if tuned is not None and dtype_name in ("float16", "bfloat16"):
+    return tuned
+  return rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups)
+
+
+def rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups) -> Tiles:
+  _, h, w, n = x_shape
+  cg, kh, kw, f = w_shape
+  oh, ow = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+  if kernel == "fwd":
+    rows, cols, depth = _block(f // groups, 16, 128), _block(oh * ow * n, 16, 128), _block(cg * kh * kw, 16, 32)
+  elif kernel == "dgrad":
+    rows, cols, depth = _block(cg, 16, 128), _block(h * w * n, 16, 128), _block(kh * kw * f // groups, 16, 32)
+  else:
+    rows, cols, depth = _block(cg * kh * kw, 16, 128), _block(f // groups, 16, 128), _block(oh * ow * n, 16, 64)
+  return Tiles(rows, cols, depth, num_warps=8 if rows * cols >= 128 * 128 else 4, num_stages=3)
 
 
 def _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision):
@@ -194,50 +251,43 @@ def _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_preci
   return shape, oh, ow
 
 
-def _warps(rows: int, cols: int) -> int:
-  return 8 if rows * cols >= 128 * 128 else 4
+def _launch(kernel, grid, shape, tiles: Tiles, **constexprs) -> Launch:
+  blocks = dict(zip(BLOCK_NAMES[kernel], (tiles.rows, tiles.cols, tiles.depth)))
+  jit = {"fwd": conv_fwd_kernel, "dgrad": conv_dgrad_kernel, "wgrad": conv_wgrad_kernel}[kernel]
+  return Launch(jit, grid=grid, constexprs=dict(shape, **constexprs, **blocks), num_warps=tiles.num_warps,
+                num_stages=tiles.num_stages)
 
 
 def conv_fwd_launch(x_shape, w_shape, stride, padding, groups, relu, has_bias, dtype_name,
-                    input_precision="ieee") -> Launch:
+                    input_precision="ieee", tiles: Tiles | None = None) -> Launch:
   """conv_fwd_kernel(x, w, b, y) for x (C, H, W, N) and w (C/G, KH, KW, F): y is (F, OH, OW, N) in x's dtype."""
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
-  cg, kh, kw, f = w_shape
-  cols = oh * ow * shape["N"]
-  block_f, block_p, block_k = _block(f // groups, 16, 128), _block(cols, 16, 128), _block(cg * kh * kw, 16, 32)
-  return Launch(conv_fwd_kernel, grid=(cdiv(f // groups, block_f) * cdiv(cols, block_p), groups),
-                constexprs=dict(shape, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision,
-                                BLOCK_F=block_f, BLOCK_P=block_p, BLOCK_K=block_k),
-                num_warps=_warps(block_f, block_p), num_stages=3)
+  t = tiles or tiles_for("fwd", x_shape, w_shape, stride, padding, groups, dtype_name)
+  grid = (cdiv(w_shape[3] // groups, t.rows) * cdiv(oh * ow * shape["N"], t.cols), groups)
+  return _launch("fwd", grid, shape, t, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision)
 
 
-def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee") -> Launch:
+def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
+                      tiles: Tiles | None = None) -> Launch:
   """conv_dgrad_kernel(dy, w, dx): dy (F, OH, OW, N) and w as in the forward pass; dx has x_shape and dy's dtype."""
   shape, _, _ = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
-  cg, kh, kw, f = w_shape
-  cols = shape["H"] * shape["W"] * shape["N"]
-  block_c, block_q, block_k = _block(cg, 16, 128), _block(cols, 16, 128), _block(kh * kw * f // groups, 16, 32)
-  return Launch(conv_dgrad_kernel, grid=(cdiv(cg, block_c) * cdiv(cols, block_q), groups),
-                constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_C=block_c, BLOCK_Q=block_q,
-                                BLOCK_K=block_k),
-                num_warps=_warps(block_c, block_q), num_stages=3)
+  t = tiles or tiles_for("dgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
+  grid = (cdiv(w_shape[0], t.rows) * cdiv(shape["H"] * shape["W"] * shape["N"], t.cols), groups)
+  return _launch("dgrad", grid, shape, t, INPUT_PRECISION=input_precision)
 
 
 def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
-                      split=None) -> Launch:
+                      split=None, tiles: Tiles | None = None) -> Launch:
   """conv_wgrad_kernel(x, dy, dw): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"].
 
   split, if given, asks for that many partial sums (fewer come back when the columns run out).
   """
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   cg, kh, kw, f = w_shape
-  rows, cols = cg * kh * kw, oh * ow * shape["N"]
-  block_r, block_f, block_p = _block(rows, 16, 128), _block(f // groups, 16, 128), _block(cols, 16, 64)
-  steps = cdiv(cols, block_p)
-  want = split if split is not None else cdiv(steps * block_p, WGRAD_COLUMNS_PER_PROGRAM)
+  t = tiles or tiles_for("wgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
+  steps = cdiv(oh * ow * shape["N"], t.depth)
+  want = split if split is not None else cdiv(steps * t.depth, t.columns)
   split_steps = cdiv(steps, max(1, min(want, steps)))
   n_split = cdiv(steps, split_steps)  # recount so that no program is left without columns
-  return Launch(conv_wgrad_kernel, grid=(cdiv(rows, block_r) * cdiv(f // groups, block_f), n_split, groups),
-                constexprs=dict(shape, INPUT_PRECISION=input_precision, BLOCK_R=block_r, BLOCK_F=block_f,
-                                BLOCK_P=block_p, SPLIT=n_split, SPLIT_STEPS=split_steps),
-                num_warps=_warps(block_r, block_f), num_stages=3)
+  grid = (cdiv(cg * kh * kw, t.rows) * cdiv(f // groups, t.cols), n_split, groups)
+  return _launch("wgrad", grid, shape, t, INPUT_PRECISION=input_precision, SPLIT=n_split, SPLIT_STEPS=split_steps)

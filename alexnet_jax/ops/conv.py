@@ -41,17 +41,21 @@ def _out_shape(x_shape, w_shape, stride, padding):
   return (f, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1, n)
 
 
-def _fwd_launch(x, w, b, *, stride, padding, groups, relu, has_bias, precision):
+# `tiles` (a triton_kernels.conv.Tiles) overrides the kernel's tiles: scripts/tune_conv.py binds the primitives with
+# it; the ops leave it out and get the tuned table's.
+def _fwd_launch(x, w, b, *, stride, padding, groups, relu, has_bias, precision, tiles=None):
   return triton_kernels().conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias,
-                                               x.dtype.name, precision)
+                                               x.dtype.name, precision, tiles=tiles)
 
 
-def _dgrad_launch(dy, w, *, x_shape, stride, padding, groups, precision):
-  return triton_kernels().conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, dy.dtype.name, precision)
+def _dgrad_launch(dy, w, *, x_shape, stride, padding, groups, precision, tiles=None):
+  return triton_kernels().conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, dy.dtype.name, precision,
+                                                 tiles=tiles)
 
 
-def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision):
-  return triton_kernels().conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision)
+def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision, tiles=None):
+  return triton_kernels().conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision,
+                                                 tiles=tiles)
 
 
 CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(

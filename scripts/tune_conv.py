@@ -1,0 +1,233 @@
+"""Chooses the conv kernels' tiles per layer by timing them on the GPU: the table `TUNED` of triton_kernels/conv.py.
+
+  python scripts/tune_conv.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
+      [--kernels fwd,dgrad,wgrad] [--layers conv1,conv2] [--placements split,one] [--json OUT.json]
+
+Every conv layer of the config's network as a device runs it: in the paper's split (`split`: one tower, a device
+each) and with every tower on one device (`one`: grouped convolution), once per distinct tile key (kernel and
+per-group geometry; the batch only lengthens the columns). For each, every candidate of `candidates` (the rule of
+thumb first) is compiled, run on random operands, checked against the rule of thumb's result (max error ≤ 2^-6 of
+its largest element, else the candidate is refused) and timed: --calls calls back to back, the median of --rounds
+rounds, as scripts/bench_kernels.py times. Workers compile in parallel; a lock lets one of them at a time run on the
+GPU. The data gradient of a network's first layer (the image's) is never computed, so it is not tuned.
+
+Prints per kernel and key the rule of thumb's time, the table's now, the best and its tiles, then the `TUNED`
+entries to put in triton_kernels/conv.py; writes every candidate's row as JSON, after each one (a run cut short keeps
+what it measured). `--mode interpret` runs the same on a CPU, under the Triton interpreter: the plumbing, not times.
+"""
+
+import json
+import multiprocessing
+import os
+import statistics
+import time
+
+from absl import flags
+
+from alexnet_jax import cli
+from alexnet_jax.layer_shapes import ConvShape, grouped_convs, tower_convs
+
+cli.define_config("a configs/*.py file: its network (and image size)")
+flags.DEFINE_integer("batch", 512, "images per device")
+flags.DEFINE_string("dtype", "bfloat16", "the activations' dtype: the table is for 16-bit ones")
+flags.DEFINE_list("kernels", ["fwd", "dgrad", "wgrad"], "which kernels")
+flags.DEFINE_list("layers", [], "which conv layers (default: all)")
+flags.DEFINE_list("placements", ["split", "one"], "split: a tower per device; one: every tower on one device")
+flags.DEFINE_integer("workers", 8, "processes compiling candidates in parallel")
+flags.DEFINE_integer("max_candidates", 0, "try only the first N candidates of each kernel (0: all)")
+flags.DEFINE_integer("calls", 20, "calls timed back to back per round")
+flags.DEFINE_integer("rounds", 5, "rounds; the median counts")
+flags.DEFINE_enum("mode", "triton", ["triton", "interpret"], "interpret: the Triton interpreter (CPU, no timing)")
+flags.DEFINE_string("json", None, "write every candidate's row here")
+
+MAX_ERROR = 2.0 ** -6
+
+
+def candidates(kernel: str, shape: ConvShape):
+  """Tiles worth timing, the rule of thumb first: output tiles of 32–256 rows by 32–256 columns (no larger than the
+  layer's rows need), reduction steps of 32 or 64, 3 or 4 pipeline stages, 8 warps for the 128×256 tiles and both 4
+  and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per warp group."""
+  from triton_kernels import conv  # noqa: PLC0415  (Triton reads TRITON_INTERPRET when first imported)
+
+  args = (shape.x, shape.w, shape.stride, shape.padding, shape.groups)
+  first = conv.rule_of_thumb(kernel, *args)
+  cg, kh, kw, f = shape.w
+  rows_needed = {"fwd": f // shape.groups, "dgrad": cg, "wgrad": cg * kh * kw}[kernel]
+  cols_needed = f // shape.groups if kernel == "wgrad" else 1 << 30
+  out = [first]
+  for rows in (32, 64, 128, 256):
+    for cols in (32, 64, 128, 256):
+      if rows > max(32, 2 * rows_needed - 1) or cols > max(32, 2 * cols_needed - 1) or rows * cols > 128 * 256:
+        continue
+      if rows * cols < 64 * 64 or (kernel != "wgrad" and cols < 64):
+        continue
+      for depth in (32, 64):
+        for stages in (3, 4):
+          warps = (4, 8) if rows * cols == 128 * 128 else (8,) if rows * cols > 128 * 128 else (4,)
+          for w in warps:
+            t = conv.Tiles(rows, cols, depth, w, stages)
+            if t not in out:
+              out.append(t)
+  return out
+
+
+def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[str, ConvShape]]:
+  convs = []
+  if "split" in placements and table.towers > 1:
+    convs += [("split", s) for s in tower_convs(table, image_size, batch)]  # one tower's layer: groups 1
+  if "one" in placements:
+    convs += [("one", s) for s in grouped_convs(table, image_size, batch)]
+  return convs
+
+
+def jobs_for(table, image_size, args):
+  """[(kernel, key, [(placement, layer)], shape, tiles)] in a stable order, one per distinct key and candidate."""
+  from triton_kernels import conv  # noqa: PLC0415
+
+  first_conv = next(layer.name for layer in table.layers if layer.kind == "conv")
+  found = {}
+  for placement, s in device_convs(table, image_size, args.batch, args.placements):
+    if args.layers and s.name not in args.layers:
+      continue
+    for kernel in args.kernels:
+      if kernel == "dgrad" and s.name == first_conv:
+        continue
+      key = conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups)
+      found.setdefault(key, (kernel, s, []))[2].append(f"{s.name} {placement}")
+  jobs = []
+  for key, (kernel, s, names) in found.items():
+    tiles = candidates(kernel, s)
+    for i, t in enumerate(tiles[:args.max_candidates or None]):
+      jobs.append(dict(kernel=kernel, key=key, layers=names, shape=s, tiles=t, rule=i == 0))
+  return jobs
+
+
+def _worker(jobs, results, lock, dtype, mode, calls, rounds):
+  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # many processes share the GPU
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from alexnet_jax.ops import conv as ops_conv  # noqa: PLC0415
+  from alexnet_jax.ops.backend import dot_precision  # noqa: PLC0415
+  from triton_kernels import conv  # noqa: PLC0415
+
+  def function(kernel, s: ConvShape, tiles):
+    geometry = dict(mode=mode, stride=s.stride, padding=s.padding, groups=s.groups, precision=dot_precision(dtype),
+                    tiles=tiles)
+    if kernel == "fwd":
+      return jax.jit(lambda x, w, b, dy: ops_conv.CONV_FWD(x, w, b, relu=False, has_bias=True, **geometry)[0])
+    if kernel == "dgrad":
+      return jax.jit(lambda x, w, b, dy: ops_conv.CONV_DGRAD(dy, w, x_shape=s.x, **geometry)[0])
+    return jax.jit(lambda x, w, b, dy: ops_conv.CONV_WGRAD(x, dy, w_shape=s.w, **geometry)[0])
+
+  for job in iter(jobs.get, None):
+    kernel, s, tiles = job["kernel"], job["shape"], job["tiles"]
+    row = dict(kernel=kernel, key=list(job["key"]), layers=job["layers"], tiles=list(_fields(tiles)), rule=job["rule"])
+    try:
+      kx, kw, kb, kd = jax.random.split(jax.random.key(0), 4)
+      y_shape = jax.eval_shape(lambda x, w: ops_conv.conv2d_reference(x, w, stride=s.stride, padding=s.padding,
+                                                                      groups=s.groups),
+                               jax.ShapeDtypeStruct(s.x, dtype), jax.ShapeDtypeStruct(s.w, dtype)).shape
+      operands = (jax.random.normal(kx, s.x, dtype), (jax.random.normal(kw, s.w) * 0.05).astype(dtype),
+                  jax.random.normal(kb, (s.w[3],), jnp.float32), jax.random.normal(kd, y_shape, dtype))
+      t0 = time.perf_counter()
+      fn = function(kernel, s, tiles)
+      fn.lower(*operands).compile()
+      row["compile_s"] = time.perf_counter() - t0
+      rule = function(kernel, s, conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups))
+      rule.lower(*operands).compile()
+      with lock:
+        ref = rule(*operands).astype(jnp.float32)
+        out = fn(*operands).astype(jnp.float32)
+        row["error"] = float(jnp.abs(out - ref).max() / jnp.abs(ref).max())
+        times = []
+        for _ in range(rounds):
+          t0 = time.perf_counter()
+          jax.block_until_ready([fn(*operands) for _ in range(calls)])
+          times.append((time.perf_counter() - t0) / calls)
+      row["ms"] = statistics.median(times) * 1e3
+      row["tflops"] = s.flops / (row["ms"] * 1e-3) / 1e12
+      if not row["error"] <= MAX_ERROR:
+        row["refused"] = f"error {row['error']:.2e} > {MAX_ERROR:.2e} against the rule of thumb's result"
+    except Exception as e:  # noqa: BLE001  (a candidate Triton cannot compile, e.g. too much shared memory)
+      row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+    results.put(row)
+
+
+def _fields(t):
+  return (t.rows, t.cols, t.depth, t.num_warps, t.num_stages, t.columns)
+
+
+def summarise(rows):
+  """Per key: the rule of thumb's row, the best accepted row, the table's tiles now."""
+  from triton_kernels import conv  # noqa: PLC0415
+
+  by_key = {}
+  for r in rows:
+    by_key.setdefault(tuple(r["key"]), []).append(r)
+  out = []
+  for key, rs in by_key.items():
+    s = rs[0]
+    rule = [r for r in rs if r.get("rule")]
+    ok = [r for r in rs if "ms" in r and "refused" not in r]
+    if not ok:
+      continue
+    best = min(ok, key=lambda r: r["ms"])
+    table = conv.TUNED.get(key)
+    now = [r for r in ok if table is not None and r["tiles"] == list(_fields(table))]
+    out.append(dict(kernel=s["kernel"], key=list(key), layers=s["layers"], best=best["tiles"], best_ms=best["ms"],
+                    best_tflops=best["tflops"], rule_ms=rule[0].get("ms") if rule else None,
+                    table_ms=now[0]["ms"] if now else None, tried=len(rs), refused=len(rs) - len(ok)))
+  return out
+
+
+def main(argv):
+  del argv
+  args = flags.FLAGS
+  if args.mode == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
+    raise ValueError("--mode interpret needs TRITON_INTERPRET=1 in the environment")
+  from alexnet_jax.networks import get_network  # noqa: PLC0415
+
+  config = args.config
+  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
+                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  jobs = jobs_for(table, config.image_size, args)
+  ctx = multiprocessing.get_context("spawn")
+  queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()
+  for j in jobs:
+    queue.put(j)
+  workers = [ctx.Process(target=_worker, args=(queue, results, lock, args.dtype, args.mode, args.calls, args.rounds))
+             for _ in range(max(1, args.workers))]
+  for w in workers:
+    queue.put(None)
+    w.start()
+  rows, t0 = [], time.perf_counter()
+  for i in range(len(jobs)):
+    row = results.get()
+    rows.append(row)
+    print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - t0:.0f}s] {row['kernel']} {'/'.join(row['layers'])} "
+          f"{row['tiles']}: " + (row["refused"][:120] if "refused" in row else f"{row['ms']:.3f} ms"), flush=True)
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows), f, indent=1)
+  for w in workers:
+    w.join()
+  best = summarise(rows)
+  print(f"\n{args.dtype}, batch {args.batch}; tiles: rows, cols, depth, warps, stages, wgrad columns per program")
+  print(f"{'kernel':6} {'layers':24} {'rule ms':>8} {'table ms':>8} {'best ms':>8} {'TFLOP/s':>8} {'gain':>6}  best")
+  for b in best:
+    gain = b["rule_ms"] / b["best_ms"] if b["rule_ms"] else float("nan")
+    table_ms = f"{b['table_ms']:8.3f}" if b["table_ms"] else f"{'':8}"
+    rule_ms = f"{b['rule_ms']:8.3f}" if b["rule_ms"] else f"{'':8}"
+    print(f"{b['kernel']:6} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
+          f"{b['best_tflops']:8.1f} {gain:6.2f}  {b['best']}")
+  print("\nTUNED entries:")
+  for b in best:
+    print(f"    {tuple(b['key'])}: Tiles{tuple(b['best'])},  # {', '.join(b['layers'])}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows, best=best), f, indent=1)
+
+
+if __name__ == "__main__":
+  cli.run(main)
