@@ -221,3 +221,65 @@ def test_bad_shapes_are_refused():
     conv.conv_dgrad_launch((3, 2, 2, 1), (3, 5, 5, 4), 1, 0, 1, "float32")
   with pytest.raises(ValueError, match="input_precision"):
     conv.conv_wgrad_launch((3, 8, 8, 1), (3, 3, 3, 4), 1, 0, 1, "float32", input_precision="fast")
+
+
+def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
+  from alexnet_jax.layer_shapes import grouped_convs, tower_convs  # noqa: PLC0415
+  from alexnet_jax.networks import alexnet  # noqa: PLC0415
+  from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
+
+  assert TUNED
+  for key, fields in TUNED.items():
+    kernel, n = key[:2]
+    shapes = tower_convs(alexnet(), 224, n) + grouped_convs(alexnet(), 224, n)
+    match = [s for s in shapes if conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) == key]
+    assert match, f"{key} is no AlexNet layer as a device runs it"
+    s = match[0]
+    assert conv.tiles_for(kernel, s.x, s.w, s.stride, s.padding, s.groups, "bfloat16") == conv.Tiles(*fields)
+    # float32 keeps the rule of thumb: the tuned tiles may not fit its shared memory
+    assert conv.tiles_for(kernel, s.x, s.w, s.stride, s.padding, s.groups, "float32") == conv.rule_of_thumb(
+        kernel, s.x, s.w, s.stride, s.padding, s.groups)
+
+
+def test_a_batch_not_tuned_takes_the_nearest_tuned_one():
+  x, w = (256, 13, 13, 0), (256, 3, 3, 192)  # conv3 as a device of the split runs it
+  tuned = {k[1]: conv.Tiles(*v) for k, v in conv.TUNED.items() if k[0] == "fwd" and k[2:] == (256, 13, 13, 192, 3, 3,
+                                                                                                    1, 1)}
+  assert {128, 512} <= set(tuned)
+  for n, want in ((2, 128), (200, 128), (256, 512), (300, 512), (100_000, max(tuned))):
+    assert conv.tiles_for("fwd", x[:3] + (n,), w, 1, 1, 1, "bfloat16") == tuned[want], n
+
+
+@pytest.mark.parametrize("kernel", ["fwd", "dgrad", "wgrad"])
+def test_other_tiles_compute_the_same_convolution(kernel):
+  shape = (8, 9, 7, 5, 12, 3, 1, 1, 2)
+  *_, stride, padding, groups = shape
+  x, w, dy, b = operands(shape, "float16", seed=4)
+  args = (x.shape, w.shape, stride, padding, groups)
+  tiles = conv.Tiles(32, 64, 16, 4, 2) if kernel != "wgrad" else conv.Tiles(32, 16, 32, 2, 2, columns=64)
+  x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+  if kernel == "fwd":
+    launch = conv.conv_fwd_launch(*args, False, True, "float16", tiles=tiles)
+    got = np.empty((w.shape[3], *geometry(x, w, stride, padding), x.shape[3]), np.float16)
+    run(launch, x, w, b, got)
+    want = fwd_numpy(x64, w64, stride, padding, groups) + b[:, None, None, None]
+  elif kernel == "dgrad":
+    launch = conv.conv_dgrad_launch(*args, "float16", tiles=tiles)
+    got = np.empty(x.shape, np.float16)
+    run(launch, dy, w, got)
+    want = dgrad_numpy(dy64, x64, w64, stride, padding, groups)
+  else:
+    launch = conv.conv_wgrad_launch(*args, "float16", tiles=tiles)
+    assert launch.constexprs["SPLIT"] == 5  # 9·7·5 = 315 columns, 64 a program in steps of 32
+    partials = np.empty((launch.constexprs["SPLIT"], *w.shape), np.float32)
+    run(launch, x, dy, partials)
+    got, want = partials.sum(0), wgrad_numpy(dy64, x64, w64, stride, padding, groups)
+  assert launch.num_warps == tiles.num_warps and launch.num_stages == 2
+  assert_close(got, want, "float16")
+
+
+def test_tiles_refuse_what_tl_dot_cannot_run():
+  with pytest.raises(ValueError, match="powers of two"):
+    conv.Tiles(48, 64, 32, 4, 3)
+  with pytest.raises(ValueError, match="powers of two"):
+    conv.Tiles(64, 64, 8, 4, 3)

@@ -23,8 +23,8 @@ only 1/S² of its gathered terms are live: stride 1 is the efficient case (AlexN
 gradient). Offsets are int32: every tensor must hold fewer than 2³¹ elements.
 
 Tiles (`Tiles`: the GEMM's row, column and reduction blocks, warps, pipeline stages and, for the filter gradient,
-reduction columns per program), chosen per layer: for 16-bit inputs from `TUNED`, the table that
-scripts/tune_conv.py measured on the GPU (its docstring says where and when); otherwise by a rule of thumb:
+reduction columns per program), chosen per layer: for 16-bit inputs from `TUNED` (conv_tiles.py), the table that
+scripts/tune_conv.py measured on the GPU; otherwise by a rule of thumb:
   rows, cols                       next pow2 of their count, clamped to [16, 128]
   depth (fwd, dgrad K step)        next pow2 of K, clamped to [16, 32]; wgrad's column step: [16, 64]
   wgrad columns per program        about 4096, in whole steps, none empty
@@ -33,10 +33,12 @@ tl.dot needs every block dim ≥ 16, and tl.arange powers of two.
 """
 
 import dataclasses
+import math
 
 import triton
 import triton.language as tl
 
+from triton_kernels.conv_tiles import TUNED
 from triton_kernels.launch import Launch, cdiv
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -196,14 +198,11 @@ KERNELS = ("fwd", "dgrad", "wgrad")
 BLOCK_NAMES = {"fwd": ("BLOCK_F", "BLOCK_P", "BLOCK_K"), "dgrad": ("BLOCK_C", "BLOCK_Q", "BLOCK_K"),
                "wgrad": ("BLOCK_R", "BLOCK_F", "BLOCK_P")}
 
-# (kernel, C/G, H, W, F/G, KH, KW, STRIDE, PAD) -> Tiles for 16-bit inputs; the batch N only lengthens the columns.
-TUNED: dict[tuple, Tiles] = {}
-
-
 def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
-  _, h, w, _ = x_shape
+  """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD): what TUNED is keyed by."""
+  _, h, w, n = x_shape
   cg, kh, kw, f = w_shape
-  return (kernel, cg, h, w, f // groups, kh, kw, stride, padding)
+  return (kernel, n, cg, h, w, f // groups, kh, kw, stride, padding)
 
 
 def _block(n: int, lo: int, hi: int) -> int:
@@ -211,11 +210,13 @@ def _block(n: int, lo: int, hi: int) -> int:
 
 
 def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> Tiles:
-  """The tiles a launch uses when none are given: the tuned table's for 16-bit inputs (float32 tiles take twice the
-  shared memory per stage), else the rule of thumb."""
-  tuned = TUNED.get(tile_key(kernel, x_shape, w_shape, stride, padding, groups))
-  if tuned is not None and dtype_name in ("float16", "bfloat16"):
-    return tuned
+  """The tiles a launch uses when none are given: for 16-bit inputs (float32 tiles take twice the shared memory per
+  stage) the tuned table's entry for this layer at the nearest batch tuned (in ratio; the larger on a tie), else the
+  rule of thumb."""
+  kernel_, n, *layer = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
+  tuned = [(abs(math.log2(k[1] / n)), -k[1], t) for k, t in TUNED.items() if k[0] == kernel_ and list(k[2:]) == layer]
+  if tuned and dtype_name in ("float16", "bfloat16"):
+    return Tiles(*min(tuned, key=lambda e: e[:2])[2])
   return rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups)
 
 
