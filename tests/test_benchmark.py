@@ -139,3 +139,20 @@ def test_bench_end_to_end_needs_a_store():
   run = script("bench_end_to_end.py", timeout=60)
   assert run.returncode != 0 and "Traceback" not in run.stderr
   assert "--store" in run.stderr.strip().splitlines()[-1]
+
+
+def test_tune_conv_times_candidate_tiles_and_prints_table_entries(tmp_path):
+  out = tmp_path / "tune.json"
+  run = script("tune_conv.py", "--batch=2", "--dtype=float16", "--mode=interpret", "--layers=conv5", "--kernels=fwd",
+               "--placements=split,one", "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1",
+               f"--json={out}")
+  assert run.returncode == 0, run.stderr[-2000:]
+  result = json.loads(out.read_text())
+  # conv5 is the same per-group layer split and grouped: one key, its rule of thumb and one other candidate
+  assert [r["rule"] for r in result["rows"]] == [True, False]
+  for r in result["rows"]:
+    assert r["layers"] == ["conv5 split", "conv5 one"] and r["key"][:2] == ["fwd", 2]
+    assert "refused" not in r and r["error"] <= 2.0 ** -6 and r["ms"] > 0
+  (best,) = result["best"]
+  assert best["tried"] == 2 and best["best_ms"] == min(r["ms"] for r in result["rows"])
+  assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
