@@ -194,9 +194,9 @@ class Tiles:
       raise ValueError(f"tiles {self}: blocks must be powers of two ≥ 16 (tl.dot), warps a power of two ≤ 16")
 
 
-KERNELS = ("fwd", "dgrad", "wgrad")
 BLOCK_NAMES = {"fwd": ("BLOCK_F", "BLOCK_P", "BLOCK_K"), "dgrad": ("BLOCK_C", "BLOCK_Q", "BLOCK_K"),
                "wgrad": ("BLOCK_R", "BLOCK_F", "BLOCK_P")}
+
 
 def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
   """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD): what TUNED is keyed by."""
