@@ -177,8 +177,8 @@ def summarise(rows):
     if not ok:
       continue
     best = min(ok, key=lambda r: r["ms"])
-    table = conv.TUNED.get(key)
-    now = [r for r in ok if table is not None and r["tiles"] == list(_fields(table))]
+    table = conv.TUNED.get(key)  # a tuple of Tiles' fields, as the rows' tiles are
+    now = [r for r in ok if table is not None and tuple(r["tiles"]) == tuple(table)]
     out.append(dict(kernel=s["kernel"], key=list(key), layers=s["layers"], best=best["tiles"], best_ms=best["ms"],
                     best_tflops=best["tflops"], rule_ms=rule[0].get("ms") if rule else None,
                     table_ms=now[0]["ms"] if now else None, tried=len(rs), refused=len(rs) - len(ok)))

@@ -156,3 +156,18 @@ def test_tune_conv_times_candidate_tiles_and_prints_table_entries(tmp_path):
   (best,) = result["best"]
   assert best["tried"] == 2 and best["best_ms"] == min(r["ms"] for r in result["rows"])
   assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
+
+
+def test_tune_conv_summary_times_the_table_s_tiles_where_a_key_is_tuned():
+  from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
+
+  key, fields = next(iter(TUNED.items()))
+  other = [f * 2 if i == 0 else f for i, f in enumerate(fields)]
+  rows = [dict(kernel=key[0], key=list(key), layers=["conv1 split"], tiles=tiles, rule=rule, ms=ms, tflops=1.0)
+          for tiles, rule, ms in ((other, True, 0.3), (list(fields), False, 0.2))]  # as the JSON rows hold them
+  code = ("import json, sys; sys.path.insert(0, 'scripts'); import tune_conv; "
+          f"print(json.dumps(tune_conv.summarise({rows!r})))")
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  (best,) = json.loads(run.stdout.strip().splitlines()[-1])
+  assert (best["rule_ms"], best["table_ms"], best["best_ms"]) == (0.3, 0.2, 0.2) and best["best"] == list(fields)
