@@ -1,19 +1,21 @@
-"""Chooses the conv kernels' tiles per layer by timing them on the GPU: the table `TUNED` of triton_kernels/conv.py.
+"""Chooses the conv kernels' tiles per layer by timing them on the GPU: the table `TUNED` of
+triton_kernels/conv_tiles.py.
 
   python scripts/tune_conv.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad] [--layers conv1,conv2] [--placements split,one] [--json OUT.json]
 
 Every conv layer of the config's network as a device runs it: in the paper's split (`split`: one tower, a device
-each) and with every tower on one device (`one`: grouped convolution), once per distinct tile key (kernel and
-per-group geometry; the batch only lengthens the columns). For each, every candidate of `candidates` (the rule of
-thumb first) is compiled, run on random operands, checked against the rule of thumb's result (max error ≤ 2^-6 of
-its largest element, else the candidate is refused) and timed: --calls calls back to back, the median of --rounds
-rounds, as scripts/bench_kernels.py times. Workers compile in parallel; a lock lets one of them at a time run on the
-GPU. The data gradient of a network's first layer (the image's) is never computed, so it is not tuned.
+each) and with every tower on one device (`one`: grouped convolution), once per distinct tile key (kernel, batch and
+per-group geometry). For each, every candidate of `candidates` (the rule of thumb first) is compiled, run on random
+operands, checked against the rule of thumb's result (max error ≤ 2^-6 of its largest element, else the candidate
+is refused) and timed: --calls calls back to back, the median of --rounds rounds, as scripts/bench_kernels.py
+times. Workers compile in parallel; a lock lets one of them at a time run on the GPU. The data gradient of a
+network's first layer (the image's) is never computed, so it is not tuned.
 
 Prints per kernel and key the rule of thumb's time, the table's now, the best and its tiles, then the `TUNED`
-entries to put in triton_kernels/conv.py; writes every candidate's row as JSON, after each one (a run cut short keeps
-what it measured). `--mode interpret` runs the same on a CPU, under the Triton interpreter: the plumbing, not times.
+entries to put in triton_kernels/conv_tiles.py; writes every candidate's row as JSON, after each one (a run cut
+short keeps what it measured). `--mode interpret` runs the same on a CPU, under the Triton interpreter: the
+plumbing, not times.
 """
 
 import json
@@ -120,6 +122,8 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
       return jax.jit(lambda x, w, b, dy: ops_conv.CONV_DGRAD(dy, w, x_shape=s.x, **geometry)[0])
     return jax.jit(lambda x, w, b, dy: ops_conv.CONV_WGRAD(x, dy, w_shape=s.w, **geometry)[0])
 
+  rules = {}  # key -> the rule of thumb's compiled kernel: every candidate of a key is checked against it
+
   @jax.jit
   def error(ref, out):
     ref = ref.astype(jnp.float32)
@@ -138,8 +142,10 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
       t0 = time.perf_counter()
       fn = function(kernel, s, tiles).lower(*operands).compile()
       row["compile_s"] = time.perf_counter() - t0
-      rule = function(kernel, s, conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups))
-      rule = rule.lower(*operands).compile()
+      if job["key"] not in rules:
+        rule = function(kernel, s, conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups))
+        rules[job["key"]] = rule.lower(*operands).compile()
+      rule = rules[job["key"]]
       with lock:
         row["error"] = float(error(rule(*operands), fn(*operands)))
         times = []

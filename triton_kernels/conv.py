@@ -213,8 +213,8 @@ def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> 
   """The tiles a launch uses when none are given: for 16-bit inputs (float32 tiles take twice the shared memory per
   stage) the tuned table's entry for this layer at the nearest batch tuned (in ratio; the larger on a tie), else the
   rule of thumb."""
-  kernel_, n, *layer = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
-  tuned = [(abs(math.log2(k[1] / n)), -k[1], t) for k, t in TUNED.items() if k[0] == kernel_ and list(k[2:]) == layer]
+  _, n, *layer = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
+  tuned = [(abs(math.log2(k[1] / n)), -k[1], t) for k, t in TUNED.items() if k[0] == kernel and list(k[2:]) == layer]
   if tuned and dtype_name in ("float16", "bfloat16"):
     return Tiles(*min(tuned, key=lambda e: e[:2])[2])
   return rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups)
