@@ -229,10 +229,10 @@ def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
   from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
 
   assert TUNED
+  shapes = {n: tower_convs(alexnet(), 224, n) + grouped_convs(alexnet(), 224, n) for n in {k[1] for k in TUNED}}
   for key, fields in TUNED.items():
     kernel, n = key[:2]
-    shapes = tower_convs(alexnet(), 224, n) + grouped_convs(alexnet(), 224, n)
-    match = [s for s in shapes if conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) == key]
+    match = [s for s in shapes[n] if conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) == key]
     assert match, f"{key} is no AlexNet layer as a device runs it"
     s = match[0]
     assert conv.tiles_for(kernel, s.x, s.w, s.stride, s.padding, s.groups, "bfloat16") == conv.Tiles(*fields)
@@ -243,8 +243,8 @@ def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
 
 def test_a_batch_not_tuned_takes_the_nearest_tuned_one():
   x, w = (256, 13, 13, 0), (256, 3, 3, 192)  # conv3 as a device of the split runs it
-  tuned = {k[1]: conv.Tiles(*v) for k, v in conv.TUNED.items() if k[0] == "fwd" and k[2:] == (256, 13, 13, 192, 3, 3,
-                                                                                                    1, 1)}
+  layer = (256, 13, 13, 192, 3, 3, 1, 1)
+  tuned = {k[1]: conv.Tiles(*v) for k, v in conv.TUNED.items() if k[0] == "fwd" and k[2:] == layer}
   assert {128, 512} <= set(tuned)
   for n, want in ((2, 128), (200, 128), (256, 512), (300, 512), (100_000, max(tuned))):
     assert conv.tiles_for("fwd", x[:3] + (n,), w, 1, 1, 1, "bfloat16") == tuned[want], n
