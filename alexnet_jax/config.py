@@ -17,7 +17,8 @@ PARALLEL_APIS = ("shard_map", "pmap")
 def paper_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
-  # The network: a name registered in networks.py, or by the config file itself (networks.register), and its towers.
+  # The network: a name registered in network/table.py, or by the config file itself (alexnet_jax.network.register),
+  # and its towers.
   c.network = "alexnet"
   c.width = 1.0  # scales every hidden layer
   c.towers = 2
@@ -27,11 +28,15 @@ def paper_config() -> ml_collections.ConfigDict:
   c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
   c.kernel_backend = "auto"
   c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
-  # Where each layer's work lies on the mesh (networks.with_strategy): 'tower' (the paper: towers over mesh.model),
-  # 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers split over
-  # mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
+  # Where each layer's work lies on the mesh (network/table.py, placement.py): 'tower' (the paper: towers over
+  # mesh.model), 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers
+  # split over mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
   c.strategy = "tower"
-  # How the train step is written: 'shard_map' (every strategy), or 'pmap' (jax.pmap and lax.pmean, pmap_data.py:
+  # False: the host gives each device the rows its first layer reads (the paper: each GPU the whole batch), so the
+  # step moves nothing between devices but at conv3 and fc6–fc8. True: each device only its own rows, and the step
+  # gathers the uint8 crops over mesh.model (half the host's bytes per device; decoder 'gpu' always does this).
+  c.gather_input = False
+  # How the train step is written: 'shard_map' (every strategy), or 'pmap' (jax.pmap and lax.pmean, training/pmap.py:
   # strategy 'data' only, for those who study pmap).
   c.parallel_api = "shard_map"
   c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs"), over all processes of a run
@@ -49,7 +54,7 @@ def paper_config() -> ml_collections.ConfigDict:
       pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
       # Each batch is read (and decoded, on the host) by `threads` threads, in this process or in each of
       # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 2 cores:
-      # one process stalls on the GIL; train.input_workers has the measurements).
+      # one process stalls on the GIL; training/loop.input_workers has the measurements).
       threads=4, workers=-1,
       # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec in
       # a process per device: nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where
@@ -130,10 +135,11 @@ def _check_range(config, key: str, kind, rule: str, inside) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises one ValueError naming the first value out of range (unknown keys never get in: the config is locked)."""
-  from alexnet_jax import networks, ops  # noqa: PLC0415  (configs import this module before jax is set up)
-  from alexnet_jax.networks import INITS  # noqa: PLC0415
+  from alexnet_jax import ops  # noqa: PLC0415  (configs import this module before jax is set up)
+  from alexnet_jax.network import table  # noqa: PLC0415  (configs import this module before jax is set up)
+  from alexnet_jax.network.table import INITS  # noqa: PLC0415
 
-  _choices(config, "network", networks.names())
+  _choices(config, "network", table.names())
   _choices(config, "weight_init", INITS)
   _choices(config, "dtype", DTYPES)
   _choices(config, "kernel_backend", ops.BACKENDS)
@@ -146,8 +152,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   drops = config.lr_drop_epochs
   if not isinstance(drops, tuple | list) or not all(_is_number(e, False) and e >= 0 for e in drops):
     raise ValueError(f"config.lr_drop_epochs must be a tuple of epochs (finite numbers ≥ 0), got {drops!r}")
-  _choices(config, "strategy", (*networks.STRATEGIES, "table"))
+  _choices(config, "strategy", (*table.STRATEGIES, "table"))
   _choices(config, "parallel_api", PARALLEL_APIS)
+  _choices(config, "gather_input", (False, True))
   if config.parallel_api == "pmap" and config.strategy != "data":
     raise ValueError(f"config.parallel_api='pmap' is data parallelism: it needs config.strategy='data', got "
                      f"{config.strategy!r}")

@@ -26,12 +26,13 @@ import importlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import parallel, train
+from alexnet_jax.data.placement import random_batch
+from alexnet_jax.network import sharding
+from alexnet_jax.training import train
 
 FUNCTIONS = ("inference", "train_step")
 INPUTS = ("uint8", "chwn")
@@ -93,11 +94,11 @@ def _check_batch(setup: train.Setup, batch_size: int) -> None:
     raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.shape['data']} data shards")
 
 
-def _batch_split(mesh, ndim: int, axis: int = 0) -> NamedSharding:
-  """The batch axis `axis` split over 'data', as put_batch places batches."""
+def _batch_split(setup: train.Setup, ndim: int, axis: int = 0) -> NamedSharding:
+  """The batch axis `axis` split as training places batches (the setup's batch_rows)."""
   spec = [None] * ndim
-  spec[axis] = "data"
-  return NamedSharding(mesh, P(*spec))
+  spec[axis] = setup.batch_rows.axes
+  return NamedSharding(setup.mesh, P(*spec))
 
 
 def inference_fn(setup: train.Setup, params, input_kind: str = "uint8"):
@@ -105,7 +106,7 @@ def inference_fn(setup: train.Setup, params, input_kind: str = "uint8"):
   if input_kind not in INPUTS:
     raise ValueError(f"inference input must be one of {', '.join(INPUTS)}, got {input_kind!r}")
   key = jax.random.key(0)  # no dropout in evaluation: the key is unused
-  apply, forward = parallel.sharded_apply(setup.net, setup.mesh), train.logits_fn(setup)
+  apply, forward = sharding.sharded_apply(setup.net, setup.mesh), train.logits_fn(setup)
 
   def logits(images):
     if input_kind == "chwn":
@@ -119,10 +120,10 @@ def inference_input(setup: train.Setup, input_kind: str, batch_size: int, size: 
   """The abstract input of inference_fn: `size` is S, the side of the pipeline's uint8 images."""
   s = setup.image_size
   if input_kind == "chwn":
-    return jax.ShapeDtypeStruct((3, s, s, batch_size), jnp.float32, sharding=_batch_split(setup.mesh, 4, axis=3))
+    return jax.ShapeDtypeStruct((3, s, s, batch_size), jnp.float32, sharding=_batch_split(setup, 4, axis=3))
   if size < s:
     raise ValueError(f"{size}-pixel images are smaller than the network's {s}-pixel crop")
-  return jax.ShapeDtypeStruct((batch_size, size, size, 3), jnp.uint8, sharding=_batch_split(setup.mesh, 4))
+  return jax.ShapeDtypeStruct((batch_size, size, size, 3), jnp.uint8, sharding=_batch_split(setup, 4))
 
 
 def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, input_kind: str = "uint8",
@@ -136,16 +137,16 @@ def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, 
                            disabled_checks=_disabled_checks(platforms, setup.net.backend))(image)
 
 
-def train_step_args(setup: train.Setup, config, batch_size: int, size: int):
+def train_step_args(setup: train.Setup, batch_size: int, size: int):
   """Abstract (state, batch, key) of train.train_step, each laid out as training lays it out."""
-  state = train.train_state_init(setup, config).eval_shape(jax.random.key(0))
-  example = train.random_batch(batch_size, setup.image_size, 1, size=size)  # the contract's shapes and dtypes
-  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=_batch_split(setup.mesh, v.ndim))
+  state = train.train_state_init(setup).eval_shape(jax.random.key(0))
+  example = random_batch(batch_size, setup.image_size, 1, size=size)  # the contract's shapes and dtypes
+  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=_batch_split(setup, v.ndim))
            for k, v in example.items()}
   return state, batch, jax.eval_shape(jax.random.key, 0)
 
 
-def export_train_step(setup: train.Setup, config, *, platforms, batch_size: int,
+def export_train_step(setup: train.Setup, *, platforms, batch_size: int,
                       size: int | None = None) -> jax.export.Exported:
   """train.train_step for `platforms`, on training batches of `batch_size` images of side `size` (default the
   network's crop)."""
@@ -153,7 +154,7 @@ def export_train_step(setup: train.Setup, config, *, platforms, batch_size: int,
   _check_batch(setup, batch_size)
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return jax.export.export(step, platforms=platforms, disabled_checks=_disabled_checks(platforms, setup.net.backend))(
-      *train_step_args(setup, config, batch_size, size or setup.image_size))
+      *train_step_args(setup, batch_size, size or setup.image_size))
 
 
 def save(exported: jax.export.Exported, path: str) -> int:
@@ -180,9 +181,3 @@ def describe(exported: jax.export.Exported) -> str:
   return (f"{exported.fun_name} for {', '.join(exported.platforms)} on {exported.nr_devices} device(s): "
           f"({inputs}) → ({outputs})")
 
-
-def max_difference(a, b) -> float:
-  """The largest absolute difference between two pytrees of arrays (float64), for checks of a loaded artifact."""
-  diffs = jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
-                       if np.size(x) else 0.0, a, b)
-  return max(jax.tree.leaves(diffs), default=0.0)

@@ -34,13 +34,15 @@ import time
 import jax
 import numpy as np
 from absl import flags
+from bench_input import pipeline_rate  # scripts/, beside this file
 
-from alexnet_jax import cli, train
+from alexnet_jax import cli
 from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
 from alexnet_jax.data import get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
-from bench_input import pipeline_rate  # scripts/, beside this file
+from alexnet_jax.data.placement import Rows, random_batch
+from alexnet_jax.training import loop, train
 
 
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
@@ -89,8 +91,8 @@ def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: f
   """The device decoder (nvImageCodec's `backends`) on the store's first batch, over and over: alone, then from a
   thread while the training step runs (at most AHEAD steps queued): both rates, against the step's alone."""
   host_batch, _ = dataset.train.jpeg_batch(np.arange(batch), np.zeros(0, np.int32))
-  decoder = nvdecode.DeviceDecoder(train.batch_sharding(setup.mesh, 4), batch, dataset.train, nvdecode.THREADS,
-                                   backends)
+  spread = Rows(setup.mesh, ("data", "model")).sharding(4)  # each device decodes its own rows
+  decoder = nvdecode.DeviceDecoder(spread, batch, dataset.train, nvdecode.THREADS, backends)
   jax.block_until_ready(decoder(host_batch)[0])
   busy_before, start = decoder.seconds["decode"], time.perf_counter()
   rate = decode_rate(decoder, host_batch, batch, seconds)
@@ -129,7 +131,7 @@ def main(argv):
   config.mesh.model = min(config.mesh.model, len(jax.devices()))  # one device: both towers on it, grouped
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
-  state = train.create_train_state(setup, config, jax.random.key(0))
+  state = train.create_train_state(setup, jax.random.key(0))
   p_train_step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
   key = jax.random.key(1)
 
@@ -139,8 +141,8 @@ def main(argv):
     return metrics
 
   batch = config.batch_size
-  synthetic = train.put_batch(setup.mesh, train.random_batch(batch, config.image_size, dataset.num_classes,
-                                                             size=dataset.size))
+  synthetic = setup.batch_rows.put(random_batch(batch, config.image_size, dataset.num_classes,
+                                                   size=dataset.size))
   out = dict(batch=batch, dtype=config.dtype, kernel_backend=config.kernel_backend, cores=os.cpu_count(),
              cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()), rows=[])
   out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), batch, args.steps)
@@ -156,9 +158,9 @@ def main(argv):
                                host_share=float(share[0]) if share else 0.0, gpu_backends=backends or "all"))
     data = get_dataset(config)
     host = pipeline_rate(data, batch, args.steps, workers)
-    put = train.device_put_fn(config, setup, data)
+    put = loop.putter(config, train.dataset_setup(config, data), data)  # the devices' decoders take spread rows
     feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
-    decoding = getattr(put, "seconds", {})
+    decoding = put.seconds
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
       jax.block_until_ready(step(next(feed)[0]))
     before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()

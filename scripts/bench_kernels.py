@@ -22,7 +22,7 @@ from absl import flags
 from jax import lax
 
 from alexnet_jax import cli, ops
-from alexnet_jax.layer_shapes import alexnet_convs, alexnet_maps
+from alexnet_jax.measure.kernel_shapes import alexnet_convs, alexnet_maps
 
 flags.DEFINE_integer("batch", 128, "images per layer shape")
 flags.DEFINE_string("dtype", "bfloat16", "float32 or bfloat16")

@@ -83,13 +83,13 @@ def device_bytes(compiled) -> int:
   return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
 
 
-def collective_bytes(table, hlo_text) -> dict:
+def collective_bytes(plan, hlo_text) -> dict:
   """{'layer kind': bytes per step} of the compiled step's cross-device collectives (comm.measured's, whatever the
   group size)."""
-  from alexnet_jax import comm  # noqa: PLC0415
+  from alexnet_jax.measure import comm  # noqa: PLC0415
 
   traffic = {}
-  for (layer, kind, _), size in comm.measured(table, hlo_text).items():
+  for (layer, kind, _), size in comm.measured(plan, hlo_text).items():
     traffic[f"{layer} {kind}"] = traffic.get(f"{layer} {kind}", 0) + size
   return traffic
 
@@ -115,7 +115,7 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
   """Builds the system's step for `config` on the first `devices` devices (None: all) in this process and times it."""
   import jax  # noqa: PLC0415  (the parent of --separate runs never starts a backend: its children need the devices)
 
-  from alexnet_jax import hlo, systems  # noqa: PLC0415
+  from alexnet_jax.measure import hlo, systems  # noqa: PLC0415
 
   t0 = time.perf_counter()
   s = systems.build(system, config, devices)
@@ -151,7 +151,7 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               xla_flops_per_device=xla_flops(compiled), step_gib=device_bytes(compiled) / 2**30,
               peak_gib=max(st["peak_bytes_in_use"] for st in stats) / 2**30 if all(stats) else None,
               loss=_first(m["loss"]) / _first(m["count"]),  # pmap returns one copy per device
-              collective_bytes=collective_bytes(s.setup.net.table, hlo_text), device=devices[0].device_kind,
+              collective_bytes=collective_bytes(s.setup.plan, hlo_text), device=devices[0].device_kind,
               build_s=build_s, collective_hlo=[f"{c.computation}: {c.text}" for c in hlo.collectives(hlo_text)],
               settings=process_settings())
 
@@ -165,7 +165,7 @@ def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
 def run_here(system, dtype, batch, per_device: bool, devices: int | None, args) -> dict:
   import jax  # noqa: PLC0415
 
-  from alexnet_jax import systems  # noqa: PLC0415
+  from alexnet_jax.measure import systems  # noqa: PLC0415
 
   row = head(system, dtype, batch, per_device, devices)
   if args.compilation_cache:
@@ -253,7 +253,7 @@ def main(argv):
   del argv
   args = flags.FLAGS
   apply_process_settings(args.config)
-  from alexnet_jax.systems import System  # noqa: PLC0415
+  from alexnet_jax.measure.systems import System  # noqa: PLC0415
 
   try:
     for s in args.systems:

@@ -1,21 +1,23 @@
-"""Lists what each strategy's train step moves between devices, per layer, from the compiled HLO beside what the
-layer table implies (alexnet_jax/comm.py):
+"""Lists what a train step moves between devices, per layer, from the compiled HLO beside what the placement plan says
+(alexnet_jax/measure/comm.py, which compiles the step), with the plan itself:
 
   python scripts/comm_report.py --config configs/alexnet_2gpu.py [--config.key=value …]
-      [--strategies tower,data,hybrid] [--batches 128,1024] [--devices 4,8] [--json OUT.json]
+      [--strategies tower,data,hybrid] [--dtypes float32,bfloat16] [--batches 128,1024] [--devices 4,8]
+      [--json OUT.json]
 
-The step is compiled, not run, for the config's mesh, or with --devices for the mesh that scripts/benchmark.py's
-layout of each strategy spreads over each device count (systems.mesh_shape: tower as split, towers × N/towers;
-data as dp, 1 × N; hybrid N × 1). On a CPU host add --config.cpu_devices=N to simulate N devices. Per collective:
-its kind, the layer it belongs to (a combined gradient all-reduce split by the layers it carries; 'input+loss' for
-what lies outside the network), the devices of each group and the bytes per step (hlo.Collective: the whole gathered
-tensor, the whole tensor before a reduce-scatter, the reduced operand), then the table's figure and each strategy's
-total. Prints markdown; --json writes one record per collective with a
-"layer" field. On CPU a bfloat16 step's reduce-scatters run in float32 (model._gather_bf16), which the table's
-figure (in the compute dtype) does not know.
+By default the config's own strategy ('table': each layer's own place), dtype and batch. The step is compiled, not
+run, for the config's mesh, or with --devices for the mesh that scripts/benchmark.py's layout of each strategy
+spreads over each device count (measure/systems.mesh_shape: tower as split, towers × N/towers; data as dp, 1 × N;
+hybrid N × 1). On a CPU host add --config.cpu_devices=N to simulate N devices. Per collective: its kind, the layer
+it belongs to (a combined gradient all-reduce split by the layers it carries; outside the network, the step's
+scope: 'input' where the host spread the rows and the crops are gathered on the devices, 'labels' where the
+network's output lies otherwise than its input, 'loss', 'metrics', else 'other'), the devices of each group and the
+bytes per step (hlo.Collective: the whole gathered tensor, the whole tensor before a reduce-scatter, the reduced
+operand), then the plan's figure and each step's total. On CPU devices
+XLA runs bfloat16 gathers and reduce-scatters in float32: their rows say so, with the HLO's bytes twice the plan's.
+Prints markdown; --json writes one record per collective.
 """
 
-import dataclasses
 import json
 import sys
 
@@ -25,43 +27,12 @@ from alexnet_jax import cli
 from alexnet_jax.config import apply_process_settings
 
 cli.define_config("a configs/*.py file")
-flags.DEFINE_list("strategies", ["tower", "data", "hybrid"], "strategies to compile (networks.STRATEGIES)")
+flags.DEFINE_list("strategies", [], "strategies to compile: tower, data, hybrid or table (default: the config's)")
+flags.DEFINE_list("dtypes", [], "compute dtypes (default: the config's)")
 flags.DEFINE_list("batches", [], "global batch sizes (default: the config's)")
 flags.DEFINE_list("devices", [], "device counts to place each strategy on as benchmark.py's layouts do (default: the "
                   "config's mesh)")
 flags.DEFINE_string("json", None, "write the records here")
-
-LAYOUTS = dict(tower="split", data="dp", hybrid="hybrid")  # each strategy's layout in systems.py
-
-
-def records(config, strategy: str, batch: int, devices: int | None = None) -> list[dict]:
-  import functools  # noqa: PLC0415
-
-  import jax  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
-
-  from alexnet_jax import comm, systems, train  # noqa: PLC0415
-  from alexnet_jax.config import validate  # noqa: PLC0415
-
-  c = config.copy_and_resolve_references()
-  c.strategy, c.batch_size, c.eval_batch_size = strategy, batch, batch
-  if devices:
-    c.mesh.model, c.mesh.data = systems.mesh_shape(LAYOUTS[strategy], c.towers, devices)
-  c = validate(c)
-  classes = c.dataset.num_classes or 1000
-  setup = train.make_setup(c, classes, c.dataset.num_train_examples or 1_281_167)
-  state = train.train_state_init(setup, c).eval_shape(jax.random.key(0))
-  size = c.dataset.resize if c.dataset.name != "procedural" else c.image_size
-  example = train.random_batch(1, c.image_size, classes, size=size)
-  batch_shapes = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype,
-                                          sharding=train.batch_sharding(setup.mesh, v.ndim)) for k, v in example.items()}
-  step = jax.jit(functools.partial(train.train_step, setup=setup))
-  text = step.lower(state, batch_shapes, jax.random.key(0)).compile().as_text()
-  mesh = dict(setup.mesh.shape)
-  found = comm.report(setup.net.table, text, c.image_size, batch, mesh["data"], mesh["model"],
-                      np.dtype(c.dtype).itemsize)
-  return [dict(strategy=strategy, batch=batch, mesh=mesh, dtype=c.dtype) | dataclasses.asdict(t) for t in found]
-
 
 def markdown(rows: list[dict]) -> str:
   def mib(v):
@@ -69,20 +40,22 @@ def markdown(rows: list[dict]) -> str:
 
   lines, groups = [], {}
   for r in rows:
-    groups.setdefault((r["strategy"], r["batch"], r["mesh"]["data"], r["mesh"]["model"]), []).append(r)
-  for (strategy, batch, *_), group in groups.items():
-    mesh = group[0]["mesh"]
-    lines += [f"\n**{strategy}**, global batch {batch}, mesh data={mesh['data']} × model={mesh['model']} "
-              f"({group[0]['dtype']}): MiB per step", "",
-              "| layer | collective | devices | compiled HLO | layer table |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['layer']} | {r['kind']} | {r['participants']} | {mib(r['bytes'])} | {mib(r['analytic_bytes'])} |"
-              for r in group]
-  lines += ["", "| strategy | batch | mesh data × model | MiB per step (HLO) | of which in the network | layer table |",
-            "| --- | --- | --- | --- | --- | --- |"]
-  for (strategy, batch, data, model), group in groups.items():
-    network = [r for r in group if r["analytic_bytes"] is not None]
-    lines.append(f"| {strategy} | {batch} | {data} × {model} | {mib(sum(r['bytes'] for r in group))} | "
-                 f"{mib(sum(r['bytes'] for r in network))} | {mib(sum(r['analytic_bytes'] for r in network))} |")
+    groups.setdefault((r["strategy"], r["dtype"], r["batch"], r["mesh"]["data"], r["mesh"]["model"]), []).append(r)
+  for (strategy, dtype, batch, data, model), group in groups.items():
+    lines += [f"\n**{strategy}**, {dtype}, global batch {batch}, mesh data={data} × model={model}", "",
+              group[0]["plan"], "", "MiB per step:", "",
+              "| layer | collective | devices | compiled HLO | plan |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['layer']} | {r['kind']} | {r['participants']} | {mib(r['bytes'])}"
+              f"{' (float32 on CPU)' if r['float32_on_cpu'] else ''} | {mib(r['analytic_bytes'])} |"
+              for r in group if r["layer"] is not None]
+  lines += ["",
+            "| strategy | dtype | batch | mesh data × model | MiB per step (HLO) | of which in the network | plan |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+  for (strategy, dtype, batch, data, model), group in groups.items():
+    network = [r for r in group if r.get("analytic_bytes") is not None]
+    lines.append(f"| {strategy} | {dtype} | {batch} | {data} × {model} | "
+                 f"{mib(sum(r.get('bytes', 0) for r in group))} | {mib(sum(r['bytes'] for r in network))} | "
+                 f"{mib(sum(r['analytic_bytes'] for r in network))} |")
   return "\n".join(lines)
 
 
@@ -90,16 +63,20 @@ def main(argv):
   del argv
   args = flags.FLAGS
   apply_process_settings(args.config)
-  from alexnet_jax.networks import STRATEGIES  # noqa: PLC0415
+  from alexnet_jax.measure import comm  # noqa: PLC0415
+  from alexnet_jax.network.table import STRATEGIES  # noqa: PLC0415
 
   try:
-    if bad := [s for s in args.strategies if s not in STRATEGIES]:
-      raise ValueError(f"--strategies: {', '.join(bad)} not among {', '.join(STRATEGIES)}")
+    strategies = args.strategies or [args.config.strategy]
+    if bad := [s for s in strategies if s not in (*STRATEGIES, "table")]:
+      raise ValueError(f"--strategies: {', '.join(bad)} not among {', '.join(STRATEGIES)}, table")
+    dtypes = args.dtypes or [args.config.dtype]
     batches = [int(b) for b in args.batches] or [args.config.batch_size]
     device_counts = [int(n) for n in args.devices] or [None]
     if min(n or 1 for n in device_counts) < 1:
       raise ValueError("--devices must be positive integers")
-    rows = [r for n in device_counts for b in batches for s in args.strategies for r in records(args.config, s, b, n)]
+    rows = [r for n in device_counts for b in batches for s in strategies for d in dtypes
+            for r in comm.records(args.config, s, d, b, n)]
   except ValueError as e:
     sys.exit(f"error: {e}")
   print(markdown(rows))

@@ -24,8 +24,8 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
-  from alexnet_jax import distributed  # noqa: PLC0415
-  from alexnet_jax.train import evaluate_checkpoint  # noqa: PLC0415
+  from alexnet_jax.training import distributed  # noqa: PLC0415
+  from alexnet_jax.training.loop import evaluate_checkpoint  # noqa: PLC0415
 
   try:
     distributed.initialize(config)  # as many processes as trained it, or one

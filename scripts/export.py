@@ -31,19 +31,20 @@ flags.DEFINE_integer("batch", 0, "images per call (default: the config's eval_ba
 
 def write_artifact(config, args) -> str:
   """Writes the artifact; returns what it holds, in one line."""
-  from alexnet_jax import export, train  # noqa: PLC0415  (after apply_process_settings)
+  from alexnet_jax import export  # noqa: PLC0415  (after apply_process_settings)
   from alexnet_jax.config import validate  # noqa: PLC0415
   from alexnet_jax.data import get_dataset  # noqa: PLC0415
+  from alexnet_jax.training import loop, train  # noqa: PLC0415  (after apply_process_settings)
 
   config = validate(config)
   if args.function == "inference":
-    setup, dataset, state = train.restore_newest(config, args.workdir or os.path.join("runs", cli.config_name()))
+    setup, dataset, state = loop.restore_newest(config, args.workdir or os.path.join("runs", cli.config_name()))
     exported = export.export_inference(setup, state.params, platforms=args.platforms, input_kind=args.input,
                                        batch_size=args.batch or config.eval_batch_size, size=dataset.size)
   else:
     dataset = get_dataset(config)
     setup = train.dataset_setup(config, dataset)
-    exported = export.export_train_step(setup, config, platforms=args.platforms,
+    exported = export.export_train_step(setup, platforms=args.platforms,
                                         batch_size=args.batch or config.batch_size, size=dataset.size)
   size = export.save(exported, args.out)
   mesh = " × ".join(f"{k} {v}" for k, v in setup.mesh.shape.items())

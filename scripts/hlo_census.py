@@ -18,8 +18,9 @@ import sys
 
 from absl import flags
 
-from alexnet_jax import cli, layouts, systems
+from alexnet_jax import cli
 from alexnet_jax.config import apply_process_settings
+from alexnet_jax.measure import layouts, systems
 
 cli.define_config("a configs/*.py file")
 flags.DEFINE_list("systems", ["xla:one", "plain:one"], "IMPL:LAYOUT systems, as scripts/benchmark.py's --systems")

@@ -23,8 +23,9 @@ import time
 import jax
 from absl import flags
 
-from alexnet_jax import cli, kernel_times, systems
+from alexnet_jax import cli
 from alexnet_jax.config import apply_process_settings
+from alexnet_jax.measure import kernel_times, systems
 
 cli.define_config("a configs/*.py file")
 flags.DEFINE_string("system", "triton:split", "IMPL:LAYOUT, as scripts/benchmark.py's --systems")

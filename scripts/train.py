@@ -21,8 +21,8 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
-  from alexnet_jax import distributed, guard  # noqa: PLC0415
-  from alexnet_jax.train import train_and_evaluate  # noqa: PLC0415
+  from alexnet_jax.training import distributed, guard  # noqa: PLC0415
+  from alexnet_jax.training.loop import train_and_evaluate  # noqa: PLC0415
 
   workdir = flags.FLAGS.workdir or os.path.join("runs", cli.config_name())
   try:
@@ -30,7 +30,7 @@ def main(argv):
     metrics = train_and_evaluate(config, workdir)
   except ValueError as e:  # bad config, data, checkpoint or workdir, or divergence: one line, no traceback
     metrics, line, status = None, f"error: {e}", 1
-  except guard.Interrupted as e:  # SIGTERM or SIGINT: the step saved, the status a signal's
+  except guard.Interrupted as e:  # SIGTERM, SIGINT or SIGHUP: the step saved, the status a signal's
     metrics, line, status = None, f"\n{e}", e.exit_status
   if metrics is None:
     gc.collect()  # the failed run's frames go, and with them its progress bar, which prints its last line now

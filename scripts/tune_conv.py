@@ -27,7 +27,7 @@ import time
 from absl import flags
 
 from alexnet_jax import cli
-from alexnet_jax.layer_shapes import ConvShape, grouped_convs, tower_convs
+from alexnet_jax.measure.kernel_shapes import ConvShape, grouped_convs, tower_convs
 
 cli.define_config("a configs/*.py file: its network (and image size)")
 flags.DEFINE_integer("batch", 512, "images per device")
@@ -196,7 +196,7 @@ def main(argv):
   args = flags.FLAGS
   if args.mode == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
     raise ValueError("--mode interpret needs TRITON_INTERPRET=1 in the environment")
-  from alexnet_jax.networks import get_network  # noqa: PLC0415
+  from alexnet_jax.network.table import get_network  # noqa: PLC0415
 
   config = args.config
   table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,

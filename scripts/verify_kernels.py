@@ -22,9 +22,10 @@ import jax
 import numpy as np
 from absl import flags
 
-from alexnet_jax import cli, kernel_checks
+from alexnet_jax import cli
 from alexnet_jax.config import apply_process_settings, paper_config
-from alexnet_jax.networks import get_network
+from alexnet_jax.measure import kernel_checks
+from alexnet_jax.network.table import get_network
 
 cli.define_config("the model check's config (default: the paper's, in bfloat16)")
 flags.DEFINE_integer("batch", 128, "the batch of the kernel checks' layer shapes")
@@ -36,7 +37,8 @@ flags.DEFINE_bool("skip_model", False, "check the kernels only")
 def check_model(config, backend, key):
   """The config's train step with kernel_backend `backend` and 'xla' from the same state and batch: the losses and
   the relative difference of the parameter updates."""
-  from alexnet_jax import train  # noqa: PLC0415
+  from alexnet_jax.data.placement import random_batch  # noqa: PLC0415
+  from alexnet_jax.training import train  # noqa: PLC0415
 
   results = {}
   classes = config.dataset.num_classes or 1000
@@ -44,8 +46,8 @@ def check_model(config, backend, key):
     c = config.copy_and_resolve_references()
     c.kernel_backend = name
     setup = train.make_setup(c, classes, c.dataset.num_train_examples or 1_281_167)
-    state = train.create_train_state(setup, c, jax.random.key(0))
-    batch = train.put_batch(setup.mesh, train.random_batch(c.batch_size, c.image_size, classes))
+    state = train.create_train_state(setup, jax.random.key(0))
+    batch = setup.batch_rows.put(random_batch(c.batch_size, c.image_size, classes))
     new, m = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
     delta = jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), new.params,
                          state.params)

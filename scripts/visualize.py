@@ -19,11 +19,11 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
-  from alexnet_jax import train  # noqa: PLC0415
+  from alexnet_jax.training import loop  # noqa: PLC0415
 
   try:
-    setup, _, state = train.restore_newest(config, flags.FLAGS.workdir)
-    colour = train.write_pictures(flags.FLAGS.workdir, setup, state)
+    setup, _, state = loop.restore_newest(config, flags.FLAGS.workdir)
+    colour = loop.write_pictures(flags.FLAGS.workdir, setup, state)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f"error: {e}")
   print(f"wrote curves.png and conv1_filters.png in {flags.FLAGS.workdir}; colour specialisation {colour}")

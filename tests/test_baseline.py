@@ -5,9 +5,10 @@ import jax
 import numpy as np
 import pytest
 
-from alexnet_jax import baseline, networks, parallel
-from alexnet_jax.model import Network
-from alexnet_jax.networks import alexnet
+from alexnet_jax.measure import baseline
+from alexnet_jax.network import sharding, table
+from alexnet_jax.network.model import Network
+from alexnet_jax.network.table import alexnet
 
 B, SIZE = 4, 112
 TABLE = alexnet(num_classes=10, width=0.25)
@@ -33,10 +34,10 @@ def test_baseline_computes_our_networks_function(model_devices):
   net = Network(TABLE, weight_init="he", backend="xla")
   nhwc = jax.random.normal(jax.random.key(1), (B, SIZE, SIZE, 3))
   params = net.init(jax.random.key(0), nhwc.transpose(3, 1, 2, 0))["params"]
-  mesh = parallel.make_mesh(model=model_devices)
-  ours = parallel.sharded_apply(net, mesh)
+  mesh = sharding.make_mesh(model=model_devices)
+  ours = sharding.sharded_apply(net, mesh)
   logits, grads = loss_and_grads(lambda p, x, k, t: ours(p, x.transpose(3, 1, 2, 0), k, t),
-                                 parallel.shard_params(mesh, net, params), nhwc)
+                                 jax.device_put(params, sharding.param_shardings(mesh, net, params)), nhwc)
 
   plain = baseline.PlainNetwork(TABLE, weight_init="he")
   mapped = baseline.from_ours(params, TABLE, SIZE)
@@ -57,11 +58,11 @@ def test_baseline_computes_our_networks_function(model_devices):
 # LRN and 7×7/2, 5×5/2; 3×3 stacks; both end in 2×2 maps, so fc6 reads its rows in the baseline's (H, W, C) order
 @pytest.mark.parametrize("name, size", [("zfnet", 96), ("vgg11", 64)])
 def test_baseline_of_a_one_tower_table_computes_our_network(name, size):
-  table = networks.get_network(name, num_classes=10, width=1 / 16, towers=1, lrn_alpha_over_n=False)
-  net = Network(table, weight_init="he", backend="xla")
+  net_table = table.get_network(name, num_classes=10, width=1 / 16, towers=1, lrn_alpha_over_n=False)
+  net = Network(net_table, weight_init="he", backend="xla")
   x = jax.random.normal(jax.random.key(1), (3, size, size, 4))
   params = net.init(jax.random.key(0), x)["params"]
   ours = jax.jit(net.apply)({"params": params}, x)
-  plain = baseline.sharded_apply(baseline.PlainNetwork(table), parallel.make_mesh(model=1))
-  logits = plain(baseline.from_ours(params, table, size), x.transpose(3, 1, 2, 0), jax.random.key(3), False)
+  plain = baseline.sharded_apply(baseline.PlainNetwork(net_table), sharding.make_mesh(model=1))
+  logits = plain(baseline.from_ours(params, net_table, size), x.transpose(3, 1, 2, 0), jax.random.key(3), False)
   np.testing.assert_allclose(np.asarray(logits), np.asarray(ours), rtol=1e-4, atol=1e-4 * float(np.abs(ours).max()))

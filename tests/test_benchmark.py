@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from alexnet_jax import kernel_times, systems
-from alexnet_jax.networks import alexnet
+from alexnet_jax.measure import comm, kernel_times, systems
+from alexnet_jax.network.table import alexnet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def test_benchmark_rows_of_the_strategies_lab(tmp_path):
   assert all(r["devices"] == 2 and r["images_per_s"] > 0 for r in rows.values())
   assert rows["xla:pmap"]["loss"] == pytest.approx(rows["xla:dp"]["loss"], rel=1e-5)  # pmap computes dp's step
   # Gradients are labelled per layer, never as a '+'-joined group; the hybrid gathers the batch at fc6.
-  names = {layer.name for layer in alexnet(num_classes=10, width=0.25).layers} | {"input+loss"}
+  names = {layer.name for layer in alexnet(num_classes=10, width=0.25).layers} | set(comm.OUTSIDE.values())
   assert {k.split()[0] for k in rows["xla:dp"]["collective_bytes"]} <= names
   assert {"conv1 all-reduce", "fc8 all-reduce"} <= set(rows["xla:dp"]["collective_bytes"])
   assert {"conv1 all-reduce", "fc6 all-gather", "fc6 reduce-scatter"} <= set(rows["xla:hybrid"]["collective_bytes"])

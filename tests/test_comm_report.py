@@ -1,56 +1,113 @@
-"""scripts/comm_report.py: every collective of each strategy's compiled step, per layer, equal to what the layer
-table implies."""
+"""scripts/comm_report.py: each strategy's compiled step moves what its placement plan says, layer by layer, and
+nothing else but what lies outside the network; one compiled check per strategy (tests/test_placement.py reads the
+plans themselves)."""
 
 import json
 import os
 import subprocess
 import sys
 
-from alexnet_jax import hlo
+import pytest
+
+from alexnet_jax.config import paper_config
+from alexnet_jax.measure import comm, hlo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(width=0.0625, image_size=64, batch_size=8)  # the demo's network, small enough to compile in seconds
 
 
-def test_report_matches_the_layer_table_for_every_strategy(tmp_path):
-  out = tmp_path / "report.json"
-  run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py",
-                        "--config.width=0.0625", "--config.image_size=64", "--batches=8", f"--json={out}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
-  assert run.returncode == 0, run.stderr[-2000:]
-  records = json.loads(out.read_text())
-  by = {s: [r for r in records if r["strategy"] == s] for s in ("tower", "data", "hybrid")}
-  for rows in by.values():
-    assert all(r["bytes"] == r["analytic_bytes"] for r in rows if r["layer"] != "input+loss"), rows
-  # The paper's towers talk at conv3 and the fc layers only; data parallelism sums each layer's gradient over both
-  # devices; the hybrid does that for the convolutions and moves activations at the fc layers.
-  assert {r["layer"] for r in by["tower"]} == {"conv3", "fc6", "fc7", "fc8", "input+loss"}
-  assert {(r["layer"], r["kind"]) for r in by["data"] if r["layer"] != "input+loss"} == {
-      (f"{n}", "all-reduce") for n in ("conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7", "fc8")}
-  assert {(r["layer"], r["kind"]) for r in by["hybrid"] if r["layer"].startswith("fc")} == {
+def tiny_config(**changes):
+  c = paper_config()
+  c.update(TINY | dict(weight_init="he") | changes)
+  c.dataset.name, c.dataset.num_classes = "procedural", 10
+  return c
+
+
+def by_row(records):
+  return {(r["layer"], r["kind"]): r for r in records}
+
+
+def assert_as_planned(records):
+  for r in records:
+    if r["analytic_bytes"] is not None:  # a layer's: the HLO moves the plan's bytes (twice in float32 on CPU)
+      assert r["bytes"] == r["analytic_bytes"] * (2 if r["float32_on_cpu"] else 1), r
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_paper_split_moves_maps_only_at_conv3_and_the_fc_layers(dtype):
+  records = comm.records(tiny_config(), "tower", dtype, 8)
+  assert_as_planned(records)
+  assert set(by_row(records)) == {("conv3", "all-gather"), ("conv3", "reduce-scatter"), ("fc6", "all-gather"),
+                                  ("fc6", "reduce-scatter"), ("fc7", "all-gather"), ("fc7", "reduce-scatter"),
+                                  ("fc8", "all-reduce")}
+  assert all(r["float32_on_cpu"] == (dtype == "bfloat16" and r["kind"] != "all-reduce") for r in records)
+  assert "| conv3 (tower) |  | gather | whole |" in records[0]["plan"]
+
+
+def test_one_device_moves_nothing():
+  records = comm.records(tiny_config(mesh=dict(model=1, data=1)), "tower", "float32", 8)
+  assert [r["layer"] for r in records] == [None] and "| conv3 (tower) |  |  | whole |" in records[0]["plan"]
+
+
+def test_rows_spread_over_the_towers_are_gathered_as_the_input():
+  records = comm.records(tiny_config(gather_input=True), "tower", "float32", 8)
+  assert_as_planned(records)
+  outside = {key: r["bytes"] for key, r in by_row(records).items() if r["analytic_bytes"] is None}
+  # Each device its own rows: the towers gather the others' uint8 crops and colour shifts, and the labels.
+  assert outside == {("input", "all-gather"): 8 * 64 * 64 * 3 + 8 * 3 * 4, ("labels", "all-gather"): 8 * 4}
+
+
+def test_data_parallelism_and_the_hybrid_move_what_their_plans_say():
+  data = comm.records(tiny_config(mesh=dict(model=1, data=2)), "data", "float32", 8)
+  assert_as_planned(data)
+  convs_and_fcs = {f"conv{i}" for i in range(1, 6)} | {"fc6", "fc7", "fc8"}
+  assert {layer for layer, kind in by_row(data) if kind == "all-reduce"} >= convs_and_fcs
+  hybrid = comm.records(tiny_config(), "hybrid", "float32", 8)
+  assert_as_planned(hybrid)
+  assert {key for key in by_row(hybrid) if key[0].startswith("fc")} == {
       ("fc6", "all-gather"), ("fc6", "reduce-scatter"), ("fc7", "all-gather"), ("fc7", "reduce-scatter"),
       ("fc8", "all-reduce")}
-  assert "| tower | 8 |" in run.stdout and "| hybrid | 8 |" in run.stdout
+  # The batch is split over both devices at the input and over 'data' alone at the output: the labels move.
+  assert ("labels", "all-gather") in by_row(hybrid)
+
+
+def test_the_shipped_per_layer_config_reports_its_own_placement(tmp_path):
+  out = tmp_path / "report.json"
+  run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/alexnet_one_weird_trick.py",
+                        "--config.cpu_devices=2", "--config.width=0.0625", "--config.image_size=64", "--batches=8",
+                        f"--json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr[-2000:]
+  records = json.loads(out.read_text())
+  assert {r["strategy"] for r in records} == {"table"}
+  assert_as_planned(records)
+  rows = by_row(records)
+  assert {layer for layer, kind in rows if kind == "all-reduce" and layer.startswith("conv")} == {
+      f"conv{i}" for i in range(1, 6)}  # every filter on both devices: their gradients summed
+  assert rows["fc6", "all-gather"]["participants"] == 2  # the batch gathered where the fc slices begin
+  assert "| fc6 (model) | gather |" in records[0]["plan"] and "| table | float32 | 8 | 1 × 2 |" in run.stdout
 
 
 def test_a_combined_all_reduce_is_split_by_the_layers_it_carries():
   line = ('%g = (f32[2]{0}, f32[6]{0}, f32[]) all-reduce(%p, %q, %r), replica_groups={{0,1}}, '
-          'metadata={op_name="jit(step)/(t/Network/fc6/w:t/Network/conv3/w:reduce_sum)"}')
+          'metadata={op_name="jit(step)/(t/Network/fc6/w:t/Network/conv3/w:metrics/reduce_sum)"}')
   (c,) = hlo.collectives(line)
-  assert c.bytes == 36 and c.by_layer(["conv3", "fc6"]) == {"fc6": 8, "conv3": 24, "input+loss": 4}
+  assert c.bytes == 36 and c.by_layer(["conv3", "fc6"], {"metrics": "metrics"}) == {"fc6": 8, "conv3": 24,
+                                                                                     "metrics": 4}
+  assert c.by_layer(["conv3", "fc6"]) == {"fc6": 8, "conv3": 24, "other": 4}
 
 
 def test_report_places_the_towers_as_the_benchmark_on_eight_devices(tmp_path):
   out = tmp_path / "report.json"
   run = subprocess.run([sys.executable, "scripts/comm_report.py", "--config", "configs/demo.py",
                         "--config.width=0.0625", "--config.image_size=64", "--config.cpu_devices=8", "--devices=8",
-                        "--strategies=tower", "--batches=16", f"--json={out}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+                        "--strategies=tower", "--batches=16", f"--json={out}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
   assert run.returncode == 0, run.stderr[-2000:]
   records = json.loads(out.read_text())
-  # Issue 14's row (b): the towers × data parallelism over the pairs (tests/test_scaling.py times the others).
+  # The towers × data parallelism over the pairs (tests/test_scaling.py times the others).
   assert {(r["mesh"]["data"], r["mesh"]["model"]) for r in records} == {(4, 2)}
-  assert all(r["bytes"] == r["analytic_bytes"] for r in records if r["layer"] != "input+loss"), records
+  assert_as_planned(records)
   # fc8's partial logits are summed over the towers, its gradient over the pairs' data shards.
   assert {(r["kind"], r["participants"]) for r in records if r["layer"] == "fc8"} == {
       ("all-reduce", 2), ("all-reduce", 4)}
-  assert "| tower | 16 | 4 × 2 |" in run.stdout
+  assert "| tower | float32 | 16 | 4 × 2 |" in run.stdout

@@ -13,9 +13,19 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import (DataError, augment, decode, eval_batches, get_dataset, iterate, procedural,
-                              statistics, train_batches)
+from alexnet_jax.data import (
+  DataError,
+  augment,
+  decode,
+  eval_batches,
+  get_dataset,
+  iterate,
+  procedural,
+  statistics,
+  train_batches,
+)
 from alexnet_jax.data.pipeline import make_dataset
+from alexnet_jax.data.placement import Rows
 
 
 def data_config(name, **dataset):
@@ -318,8 +328,8 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   """nvdecode on the two CPU devices (nvImageCodec's libjpeg-turbo backend): each device decodes its block of the
   batch; the host decodes its share, the odd images (grey, CMYK, wrong size, PNG) and what a device fails on (the
   corrupt JPEG, whose header reads), substituting and counting as the CPU decoder does."""
-  from alexnet_jax import parallel, train  # noqa: PLC0415
   from alexnet_jax.data import nvdecode  # noqa: PLC0415
+  from alexnet_jax.network import sharding  # noqa: PLC0415
 
   truncated = encoded(photo(30))
   source = Jpegs(store.examples + [dict(jpeg=truncated[:len(truncated) * 2 // 3], label=1)])
@@ -332,7 +342,7 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   lengths = np.diff(batch["jpeg_end"], prepend=0)
   assert lengths[cut - 1] and host_skipped == 2  # the corrupt one's substitute is the cut one, passed over
   assert not lengths[batch["host_rows"]].any() and lengths.sum() == len(batch["jpeg"])
-  sharding = train.batch_sharding(parallel.make_mesh(2), 4)
+  sharding = Rows(sharding.make_mesh(2), ("data", "model")).sharding(4)
   with caplog.at_level(logging.WARNING):
     images, device_labels, device_skipped = nvdecode.DeviceDecoder(sharding, len(indices), host, 2)(batch)
   assert images.sharding == sharding and f"skipping unreadable image #{cut}" in caplog.text
@@ -346,8 +356,8 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   16×16 JPEGs, whose headers alone outweigh 384 bytes. The rows that do not fit go to the host, decoded all the
   same; closing stops the processes and leaves no shared memory behind; too little shared memory is one clear
   error."""
-  from alexnet_jax import parallel, train  # noqa: PLC0415
   from alexnet_jax.data import nvdecode  # noqa: PLC0415
+  from alexnet_jax.network import sharding  # noqa: PLC0415
 
   tiny = Jpegs([dict(jpeg=encoded(photo(i)[:16, :16].copy()), label=i % 3) for i in range(12)])
   host = decode.Decoder(tiny, 16, threads=2)
@@ -356,7 +366,7 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   batch, _ = host.jpeg_batch(indices, np.zeros(0, np.int32))
   assert np.diff(batch["jpeg_end"], prepend=0).min() > 16 * 16 * 3 // 2  # every JPEG outweighs its room
   before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-  decoder = nvdecode.DeviceDecoder(train.batch_sharding(parallel.make_mesh(2), 4), len(indices), host, 2)
+  decoder = nvdecode.DeviceDecoder(Rows(sharding.make_mesh(2), ("data", "model")).sharding(4), len(indices), host, 2)
   finish = decoder.start(batch)
   assert all(0 < len(device.cut[0]) < 6 for device in decoder.devices)  # of each device's 6, the first fit
   images, device_labels, skipped = finish()
@@ -376,12 +386,12 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
 def test_two_batches_decode_at_once_and_come_back_in_order(store):
   """The processes decode the next batch while the last one's pixels are collected: each batch its own images, in
   the order started; a third batch before the first is finished is refused."""
-  from alexnet_jax import parallel, train  # noqa: PLC0415
   from alexnet_jax.data import nvdecode  # noqa: PLC0415
+  from alexnet_jax.network import sharding  # noqa: PLC0415
 
   host = decode.Decoder(Jpegs(store.examples[:N_REGULAR]), 48, threads=2)
   halves = [np.arange(6), np.arange(6, 12)]
-  decoder = nvdecode.DeviceDecoder(train.batch_sharding(parallel.make_mesh(2), 4), 6, host, 2)
+  decoder = nvdecode.DeviceDecoder(Rows(sharding.make_mesh(2), ("data", "model")).sharding(4), 6, host, 2)
   finishes = [decoder.start(host.jpeg_batch(rows, np.zeros(0, np.int32))[0]) for rows in halves]
   with pytest.raises(RuntimeError, match="at most 2 batches"):
     decoder.start(host.jpeg_batch(halves[0], np.zeros(0, np.int32))[0])
@@ -400,16 +410,16 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
 
 
 def test_training_batches_are_the_same_whoever_decodes_them(store):
-  """train.device_put_fn gives the step the same batch from the host's pixels and from the devices' decoding."""
-  from alexnet_jax import train  # noqa: PLC0415
+  """loop.putter gives the step the same batch from the host's pixels and from the devices' decoding."""
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
+  from alexnet_jax.training import loop, train  # noqa: PLC0415
 
   config = data_config("store", threads=2)
   config.batch_size, config.mesh.model = 8, 2
   on_host = make_dataset(config, store, Jpegs(store.examples[:4]), 3)
   on_devices = dataclasses.replace(on_host, decoder="gpu", host_share=0.25)
   setup = train.dataset_setup(config, on_host)
-  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), train.device_put_fn(config, setup, d))
+  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), loop.putter(config, setup, d))
            for d in (on_host, on_devices)]
   for _ in range(3):  # an epoch and a half: the corrupt example is passed over once, on the host or the device
     (a, a_skipped), (b, b_skipped) = (next(f) for f in feeds)
@@ -426,32 +436,41 @@ def test_the_feed_puts_the_next_batch_before_it_finishes_the_last():
 
   calls = []
 
-  def put(batch):
-    calls.append(f"put {batch}")
+  class Recorder:  # a putter that records the order of its calls
+    def put(self, batch):
+      calls.append(f"put {batch}")
 
-    def finish():
-      calls.append(f"finish {batch}")
-      return batch, 0
-    return finish
+      def finish():
+        calls.append(f"finish {batch}")
+        return batch, 0
+      return finish
 
-  feed = Feed(iter([(b, 0) for b in range(4)]), put)
+    def close(self):
+      calls.append("close")
+
+  feed = Feed(iter([(b, 0) for b in range(4)]), Recorder())
   assert [next(feed) for _ in range(4)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
   assert calls == ["put 0", "put 1", "finish 0", "put 2", "finish 1", "put 3", "finish 2", "finish 3"]
   with pytest.raises(StopIteration):
     next(feed)
   assert set(feed.seconds) == {"host", "put", "loop"} and min(feed.seconds.values()) >= 0
   feed.close()
+  assert calls[-1] == "close"
 
 
 def test_the_feed_raises_the_error_of_its_thread():
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
 
-  def put(batch):
-    if batch == 2:
-      raise ValueError("bad batch 2")
-    return lambda: (batch * 10, 1)
+  class Failing:  # a putter that fails on batch 2
+    def put(self, batch):
+      if batch == 2:
+        raise ValueError("bad batch 2")
+      return lambda: (batch * 10, 1)
 
-  feed = Feed(iter([(0, 0), (1, 2), (2, 0)]), put)
+    def close(self):
+      pass
+
+  feed = Feed(iter([(0, 0), (1, 2), (2, 0)]), Failing())
   assert [next(feed), next(feed)] == [(0, 1), (10, 3)]
   with pytest.raises(ValueError, match="bad batch 2"):
     next(feed)

@@ -13,8 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from alexnet_jax import checkpoints, export, parallel, train
+from alexnet_jax import export
 from alexnet_jax.data import eval_batches, get_dataset, train_batches
+from alexnet_jax.network import sharding
+from alexnet_jax.training import checkpoints, loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # configs/demo.py (two towers on two devices, procedural data) at 64 pixels and 4 images a batch.
@@ -32,9 +34,16 @@ def demo_config(**changes):
   return config
 
 
+def max_difference(a, b) -> float:
+  """The largest absolute difference between two pytrees of arrays (float64)."""
+  diffs = jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                       if np.size(x) else 0.0, a, b)
+  return max(jax.tree.leaves(diffs), default=0.0)
+
+
 def assert_same(got, want):
   scale = max(float(np.max(np.abs(np.asarray(leaf, np.float64)))) for leaf in jax.tree.leaves(want))
-  assert export.max_difference(got, want) <= 1e-5 * max(scale, 1.0)
+  assert max_difference(got, want) <= 1e-5 * max(scale, 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +54,10 @@ def run(tmp_path_factory):
   config = demo_config()
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
-  state = train.create_train_state(setup, config, jax.random.key(config.seed))
+  state = train.create_train_state(setup, jax.random.key(config.seed))
   state = state.replace(params=jax.tree.map(lambda p: 1.5 * p, state.params))
   manager = checkpoints.manager(workdir, config)
-  checkpoints.save(manager, 1, state, train.data_position(config, dataset, 1))
+  checkpoints.save(manager, 1, state, loop.data_position(config, dataset, 1))
   manager.wait_until_finished()
   return workdir, config, setup, state
 
@@ -74,15 +83,15 @@ def test_inference_of_normalised_chwn_crops(run):
                                      input_kind="chwn")
   loaded = jax.export.deserialize(exported.serialize())
   images = jax.random.normal(jax.random.key(1), (3, 64, 64, 4))
-  live = parallel.sharded_apply(setup.net, setup.mesh)(state.params, images, jax.random.key(0), False)
+  live = sharding.sharded_apply(setup.net, setup.mesh)(state.params, images, jax.random.key(0), False)
   assert_same(loaded.call(jax.device_put(images, loaded.in_shardings_jax(setup.mesh)[0])), live)
 
 
 def test_train_step_exported_for_cpu_and_tpu_runs_here_like_the_live_step(run):
   _, config, setup, state = run
-  exported = export.export_train_step(setup, config, platforms=["cpu", "tpu"], batch_size=4)
+  exported = export.export_train_step(setup, platforms=["cpu", "tpu"], batch_size=4)
   loaded = jax.export.deserialize(exported.serialize())  # TrainState and optax's states: registered by the module
-  batch = train.put_batch(setup.mesh, train_batches(get_dataset(config), 4)[0][0])
+  batch = setup.batch_rows.put(train_batches(get_dataset(config), 4)[0][0])
   key = jax.random.key(7)
   live_state, live_metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
   new_state, metrics = loaded.call(state, batch, key)
@@ -99,7 +108,7 @@ def test_bfloat16_tpu_export_carries_no_cpu_workaround():
   setup = train.make_setup(config, 10, 200)
 
   def module(platforms):
-    exported = export.export_train_step(setup, config, platforms=platforms, batch_size=4)
+    exported = export.export_train_step(setup, platforms=platforms, batch_size=4)
     return jax.export.deserialize(exported.serialize()).mlir_module()
 
   def scatter_types(text):

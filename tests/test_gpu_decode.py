@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from alexnet_jax import parallel, train
 from alexnet_jax.config import GPU_BACKENDS
 from alexnet_jax.data import decode, nvdecode
+from alexnet_jax.data.placement import Rows
+from alexnet_jax.network import sharding
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")]
@@ -46,14 +47,14 @@ def test_devices_decode_as_the_host_does_within_a_level(backends):
   n = 32 * len(jax.devices())
   photos = Photos(n + 8)
   host = decode.Decoder(photos, SIZE, threads=8)
-  sharding = train.batch_sharding(parallel.make_mesh(1, len(jax.devices())), 4)
-  decoder = nvdecode.DeviceDecoder(sharding, n, host, 8, backends)
+  spread = Rows(sharding.make_mesh(1, len(jax.devices())), ("data", "model")).sharding(4)
+  decoder = nvdecode.DeviceDecoder(spread, n, host, 8, backends)
   for first in range(nvdecode.SLOTS + 2):  # every buffer, and again: each batch its own images
     indices = np.arange(first, first + n) % len(photos)
     batch, _ = host.jpeg_batch(indices, np.array([3], np.int32))
     images, labels, skipped = decoder(batch)
     expected, expected_labels, _ = host.batch(indices)
-    assert images.sharding == sharding and skipped == 0
+    assert images.sharding == spread and skipped == 0
     error = np.abs(np.asarray(images).astype(int) - expected)
     assert error.max() <= MAX_LEVELS and error[3].max() == 0, (first, error.max())  # row 3: the host's
     np.testing.assert_array_equal(labels, expected_labels)

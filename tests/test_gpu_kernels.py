@@ -20,7 +20,8 @@ import os
 import jax
 import pytest
 
-from alexnet_jax import kernel_checks
+from alexnet_jax.data import placement
+from alexnet_jax.measure import kernel_checks
 
 BATCH = int(os.environ.get("GPU_TEST_BATCH", "128"))
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -48,8 +49,8 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
   # reference may be left, and the step must be the one 'triton' compiles.
   import functools  # noqa: PLC0415
 
-  from alexnet_jax import train  # noqa: PLC0415
   from alexnet_jax.config import paper_config  # noqa: PLC0415
+  from alexnet_jax.training import train  # noqa: PLC0415
 
   counts = {}
   for backend in ("auto", "triton"):
@@ -57,8 +58,8 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
     config.dataset.name, config.dtype, config.kernel_backend = "procedural", "bfloat16", backend
     config.mesh.model = min(2, jax.device_count())
     setup = train.make_setup(config, 1000, 1_281_167)
-    state = train.create_train_state(setup, config, jax.random.key(0))
-    batch = train.put_batch(setup.mesh, train.random_batch(16, 224, 1000))
+    state = train.create_train_state(setup, jax.random.key(0))
+    batch = setup.batch_rows.put(placement.random_batch(16, 224, 1000))
     step = jax.jit(functools.partial(train.train_step, setup=setup))
     text = step.lower(state, batch, jax.random.key(1)).compile().as_text()
     counts[backend] = {op: text.count(op) for op in (" conditional(", "triton_kernel_call", "custom-call(",

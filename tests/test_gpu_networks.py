@@ -13,10 +13,14 @@ import os
 import jax
 import numpy as np
 import pytest
+from test_export import max_difference
 
-from alexnet_jax import export, kernel_checks, train
+from alexnet_jax import export
 from alexnet_jax.config import paper_config
-from alexnet_jax.networks import vgg16
+from alexnet_jax.data import placement
+from alexnet_jax.measure import kernel_checks
+from alexnet_jax.network.table import vgg16
+from alexnet_jax.training import train
 
 BATCH = int(os.environ.get("GPU_TEST_BATCH", "32"))
 
@@ -35,7 +39,7 @@ def alexnet_config(dtype):
 def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(dtype, tmp_path):
   config = alexnet_config(dtype)
   setup = train.make_setup(config, 1000, 1_281_167)
-  state = train.create_train_state(setup, config, jax.random.key(0))
+  state = train.create_train_state(setup, jax.random.key(0))
   path = str(tmp_path / "alexnet.jaxexport")
   export.save(export.export_inference(setup, state.params, platforms=["cuda"], batch_size=64, size=256), path)
   loaded = export.load(path)
@@ -43,15 +47,15 @@ def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(dtype, tmp_path
   images = np.random.default_rng(0).integers(0, 256, (64, 256, 256, 3), np.uint8)
   live = jax.jit(export.inference_fn(setup, state.params))(images)
   got = loaded.call(jax.device_put(images, loaded.in_shardings_jax(setup.mesh)[0]))
-  assert export.max_difference(got, live) <= 1e-5 * float(np.abs(np.asarray(live)).max())
+  assert max_difference(got, live) <= 1e-5 * float(np.abs(np.asarray(live)).max())
 
-  step = export.export_train_step(setup, config, platforms=["cuda"], batch_size=64, size=256)
+  step = export.export_train_step(setup, platforms=["cuda"], batch_size=64, size=256)
   loaded_step = jax.export.deserialize(step.serialize())
-  batch = train.put_batch(setup.mesh, train.random_batch(64, 224, 1000, size=256))
+  batch = setup.batch_rows.put(placement.random_batch(64, 224, 1000, size=256))
   live_state, live_metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
   new_state, metrics = loaded_step.call(state, batch, jax.random.key(1))
-  assert export.max_difference(metrics, live_metrics) <= 1e-4 * float(live_metrics["loss"])
-  assert export.max_difference(new_state.params, live_state.params) <= 1e-5
+  assert max_difference(metrics, live_metrics) <= 1e-4 * float(live_metrics["loss"])
+  assert max_difference(new_state.params, live_state.params) <= 1e-5
 
 
 @pytest.mark.parametrize("case", kernel_checks.table_cases(vgg16(), 224, BATCH), ids=lambda c: c.name)
@@ -68,8 +72,8 @@ def vgg16_step(dtype, backend):
   config.network, config.towers, config.mesh.model, config.weight_init = "vgg16", 1, 1, "he"
   config.dtype, config.kernel_backend, config.batch_size = dtype, backend, BATCH
   setup = train.make_setup(config, 1000, 1_281_167)
-  state = train.create_train_state(setup, config, jax.random.key(0))
-  batch = train.put_batch(setup.mesh, train.random_batch(BATCH, 224, 1000, size=256))
+  state = train.create_train_state(setup, jax.random.key(0))
+  batch = setup.batch_rows.put(placement.random_batch(BATCH, 224, 1000, size=256))
   new, metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
   update = np.concatenate([np.ravel(np.asarray(a, np.float64) - np.asarray(b, np.float64))
                            for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))])

@@ -10,9 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from alexnet_jax import hlo, networks, train
 from alexnet_jax.data import get_dataset, train_batches
-from alexnet_jax.layer_shapes import traced_shapes
+from alexnet_jax.measure import hlo
+from alexnet_jax.network import table
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # XLA:CPU's LLVM passes take 10× longer than the steps here (16 s for VGG-16's initialisation alone): these tests
@@ -21,11 +23,11 @@ QUICK = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes
 
 
 def network(name, width=1.0):
-  return networks.get_network(name, num_classes=1000, width=width, towers=1, lrn_alpha_over_n=False)
+  return table.get_network(name, num_classes=1000, width=width, towers=1, lrn_alpha_over_n=False)
 
 
 def count(table, image_size=224) -> int:
-  params, _ = traced_shapes(table, image_size)
+  params = layer_shapes(table, image_size).params
   return sum(math.prod(shape) for layer in params.values() for shape in layer.values())
 
 
@@ -45,11 +47,11 @@ def test_parameter_counts_are_the_published_ones():
 
 
 def test_maps_are_the_papers():
-  _, zf = traced_shapes(network("zfnet"), 224)
+  zf = layer_shapes(network("zfnet"), 224).inputs
   assert zf["pool1"][1:3] == (110, 110)  # conv1 7×7/2
   assert zf["conv3"][1:3] == zf["pool5"][1:3] == (13, 13)
   assert zf["fc6"][:3] == (256, 6, 6)
-  _, vgg = traced_shapes(network("vgg16"), 224)
+  vgg = layer_shapes(network("vgg16"), 224).inputs
   assert [vgg[f"pool{i}"][:3] for i in range(1, 6)] == [(64, 224, 224), (128, 112, 112), (256, 56, 56),
                                                          (512, 28, 28), (512, 14, 14)]
   assert vgg["fc6"][:3] == (512, 7, 7)
@@ -59,7 +61,7 @@ def test_maps_are_the_papers():
 @pytest.mark.parametrize("name", ["zfnet", "vgg11", "vgg16"])
 def test_one_tower_networks_refuse_towers(name):
   with pytest.raises(ValueError, match=f"{name} is a one-tower network.*config.towers=1"):
-    networks.get_network(name, num_classes=10, width=1.0, towers=2, lrn_alpha_over_n=False)
+    table.get_network(name, num_classes=10, width=1.0, towers=2, lrn_alpha_over_n=False)
 
 
 def reduced_config(name):
@@ -78,8 +80,8 @@ def test_config_trains_on_the_demo_data_without_tower_collectives(name):
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
   key = jax.random.key(0)
-  state = train.train_state_init(setup, config).lower(key).compile(QUICK)(key)
-  batch = train.put_batch(setup.mesh, train_batches(dataset, config.batch_size)[0][0])
+  state = train.train_state_init(setup).lower(key).compile(QUICK)(key)
+  batch = setup.batch_rows.put(train_batches(dataset, config.batch_size)[0][0])
   lowered = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0).lower(state, batch, key)
   step = lowered.compile(QUICK)
   # One tower, two data shards: inside the network only the gradients move (summed over 'data'); no layer gathers

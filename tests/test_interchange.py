@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from alexnet_jax import parallel
-from alexnet_jax.interchange import from_torch, to_torch, torch_shapes
-from alexnet_jax.model import Network
-from alexnet_jax.networks import alexnet
+from alexnet_jax.network import sharding
+from alexnet_jax.network.interchange import from_torch, to_torch, torch_shapes
+from alexnet_jax.network.model import Network
+from alexnet_jax.network.table import alexnet
 
 TORCHVISION_STYLE = {
     "conv1.weight": (96, 3, 11, 11), "conv1.bias": (96,),
@@ -180,9 +180,9 @@ def test_sharded_params_give_the_same_dict():
   table = alexnet(num_classes=10, width=0.25)
   state = random_state(torch_shapes(table, image_size=112))
   params = from_torch(state, table, image_size=112)
-  mesh = parallel.make_mesh(model=2)
+  mesh = sharding.make_mesh(model=2)
   net = Network(table, weight_init="he")
-  sharded = parallel.shard_params(mesh, net, params)
+  sharded = jax.device_put(params, sharding.param_shardings(mesh, net, params))
   assert len(sharded["conv2"]["kernel"].addressable_shards) == 2
   assert sharded["conv2"]["kernel"].addressable_shards[0].data.shape[0] == 1  # one tower per device
 
@@ -196,7 +196,7 @@ def test_sharded_params_give_the_same_dict():
 
   # And the two-device model computes the torch network's logits from them.
   x = random_images(2, 112)
-  apply = jax.jit(parallel.sharded_apply(net, mesh), static_argnums=3)
+  apply = jax.jit(sharding.sharded_apply(net, mesh), static_argnums=3)
   logits = np.asarray(apply(sharded, jnp.asarray(x.transpose(1, 2, 3, 0), jnp.float32), jax.random.key(0), False))
   assert_logits_close(logits, reference_logits(state, x, 2))
 

@@ -4,11 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from alexnet_jax.layer_shapes import ConvShape, alexnet_convs, alexnet_maps
-from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer, Table, alexnet, get_network
 from test_xla_backend import equations
+
+from alexnet_jax.measure.kernel_shapes import ConvShape, alexnet_convs, alexnet_maps
+from alexnet_jax.network.model import Network
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.network.table import Layer, Table, alexnet, get_network
 
 
 def paper_params(key=None, init="paper"):
@@ -42,6 +43,31 @@ def test_layer_shapes_follow_the_paper():
   assert shapes["conv5"] == (256, 13, 13, 2)
   assert shapes["pool5"] == (256, 6, 6, 2)
   assert shapes["fc6"] == (4096, 2) and shapes["fc8"] == (1000, 2)
+
+
+@pytest.mark.parametrize("name, size", [("alexnet", 224), ("zfnet", 224), ("vgg16", 224), ("alexnet", 67)])
+def test_computed_shapes_are_the_traced_model_s(name, size):
+  # The placement plan counts bytes, and the weight converters check shapes, with shapes computed from the table:
+  # they must be the model's, parameters and activations, for every network.
+  table = get_network(name, num_classes=17, width=0.5, towers=2 if name == "alexnet" else 1, lrn_alpha_over_n=False)
+  x = jax.ShapeDtypeStruct((3, size, size, 3), jnp.float32)
+  variables = jax.eval_shape(lambda x: Network(table).init(jax.random.key(0), x, mutable=True), x)
+  shapes = layer_shapes(table, size, 3)
+  assert {name: {k: v.shape for k, v in p.items()} for name, p in variables["params"].items()} == shapes.params
+  assert {k: v.shape for k, v in variables["intermediates"]["activations"][0].items()} == shapes.outputs
+
+
+def test_dropout_keeps_each_unit_with_half_the_probability_and_doubles_it():
+  table = Table((Layer("fc6", "fc", filters=4000), Layer("drop6", "dropout", rate=0.5),
+                 Layer("fc7", "fc", filters=2, relu=False)), towers=1)
+  net = Network(table, backend="xla")
+  x = jnp.ones((8, 10))
+  params = net.init(jax.random.key(0), x)["params"]
+  params["fc6"] = dict(kernel=jnp.zeros_like(params["fc6"]["kernel"]), bias=jnp.ones_like(params["fc6"]["bias"]))
+  _, state = net.apply({"params": params}, x, train=True, rngs={"dropout": jax.random.key(1)}, mutable=True)
+  kept = np.asarray(state["intermediates"]["activations"][0]["drop6"])
+  assert set(np.unique(kept).tolist()) == {0.0, 2.0}
+  assert abs(float(kept.mean()) - 1.0) < 0.03
 
 
 def test_paper_initialisation_statistics():

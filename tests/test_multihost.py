@@ -6,15 +6,18 @@ evaluation example counted once, and pictures of filters held on the other proce
 import importlib.util
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
 import portpicker
 import pytest
 
-from alexnet_jax import checkpoints, distributed, train
+from alexnet_jax.training import checkpoints, distributed, loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(width=0.0625, image_size=64, batch_size=8, eval_batch_size=10, num_epochs=1.0, log_every_steps=2,
@@ -42,23 +45,20 @@ def flags_of(config) -> list[str]:
   return [f"--config.{k}={v}" for k, v in changes.items()]
 
 
-def fast_compile() -> str:
-  """XLA_FLAGS for a child process that compiles its steps 4× faster on XLA:CPU, without LLVM's expensive passes, to
-  the same numbers (what it runs is timed by no test)."""
-  fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-  return f"{os.environ.get('XLA_FLAGS', '')} {fast}".strip()
-
-
-def two_processes(config, workdir: str, *flags: str) -> list[str]:
-  """Trains `config` (with further command-line flags) in two processes, one CPU device each; returns their
-  outputs."""
+def start_two_processes(config, workdir: str, *flags: str) -> list[subprocess.Popen]:
+  """Starts training `config` (with further command-line flags) in two processes, one CPU device each."""
   address = f"127.0.0.1:{portpicker.pick_unused_port()}"
-  env = dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1", XLA_FLAGS=fast_compile())
-  runs = [subprocess.Popen([sys.executable, "scripts/train.py", "--config", "configs/demo.py", f"--workdir={workdir}",
+  env = dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1")
+  return [subprocess.Popen([sys.executable, "scripts/train.py", "--config", "configs/demo.py", f"--workdir={workdir}",
                             *flags_of(config), *flags, f"--config.distributed.coordinator={address}",
                             "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
           for i in range(2)]
+
+
+def two_processes(config, workdir: str, *flags: str) -> list[str]:
+  """Trains `config` in two processes to the end; returns their outputs."""
+  runs = start_two_processes(config, workdir, *flags)
   outputs = [run.communicate(timeout=600)[0] for run in runs]
   for run, output in zip(runs, outputs):
     assert run.returncode == 0, output[-3000:]
@@ -67,7 +67,7 @@ def two_processes(config, workdir: str, *flags: str) -> list[str]:
 
 def final_params(workdir: str, config):
   setup = train.make_setup(config, 10, config.dataset.num_train_examples)
-  state = train.create_train_state(setup, config, jax.random.key(99))  # a different init: restore must replace it
+  state = train.create_train_state(setup, jax.random.key(99))  # a different init: restore must replace it
   return jax.tree.map(np.asarray, checkpoints.restore(checkpoints.manager(workdir, config), state)[0].params)
 
 
@@ -81,7 +81,7 @@ def one_process(tmp_path_factory):
   config = demo_config("tower")
   config.cpu_devices = 0
   workdir = str(tmp_path_factory.mktemp("one"))
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   return workdir
 
 
@@ -99,7 +99,7 @@ def test_two_processes_stopped_and_resumed_train_as_one_process_with_two_devices
   else:
     half = demo_config(strategy)
     half.num_epochs, half.cpu_devices = 0.5, 0
-    train.train_and_evaluate(half, two)
+    loop.train_and_evaluate(half, two)
   outputs = two_processes(config, two)
   assert all("steps 3→6" in output for output in outputs)  # every process resumed from the checkpoint
   # Both towers (or data shards, or fc slices) saw the global batch one process reads, from the restored position
@@ -132,3 +132,23 @@ def test_distributed_settings_come_from_the_config_or_the_environment(monkeypatc
   monkeypatch.delenv("JAX_PROCESS_ID")
   with pytest.raises(ValueError, match="process_id in"):
     distributed.settings(config)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_one_process_stops_every_process_after_the_same_step_saved(signum, tmp_path):
+  # What a node's preemption or a closed terminal does to one process of a run: the other, which received nothing,
+  # must stop after the same step, or its save (which takes every process) would wait forever.
+  config, workdir = demo_config("tower"), str(tmp_path)
+  runs = start_two_processes(config, workdir, "--config.num_epochs=1000", "--config.checkpoint_every_steps=100000")
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + 300
+  while not (os.path.exists(metrics) and os.path.getsize(metrics)) and time.time() < deadline:
+    assert all(run.poll() is None for run in runs), [run.communicate()[0][-3000:] for run in runs]
+    time.sleep(0.2)
+  runs[1].send_signal(signum)  # process 1 alone; process 0 writes the metrics
+  outputs = [run.communicate(timeout=300)[0] for run in runs]
+  assert [run.returncode for run in runs] == [128 + signum] * 2, [output[-3000:] for output in outputs]
+  stopped = [re.search(rf"stopped by {signal.Signals(signum).name} after step (\d+)", output) for output in outputs]
+  assert all(stopped), outputs
+  step = {m.group(1) for m in stopped}
+  assert len(step) == 1 and os.listdir(os.path.join(workdir, "checkpoints")) == list(step)

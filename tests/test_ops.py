@@ -84,26 +84,24 @@ def test_lrn_towers_do_not_see_each_other():
   np.testing.assert_allclose(split[:4], ops.lrn(jnp.asarray(x[:4])), rtol=1e-6)
 
 
-def test_max_pool_overlapping_windows_and_gradient():
+@pytest.mark.parametrize("backend", ["xla", "interpret"])
+def test_max_pool_overlapping_windows_and_gradient(backend):
   x = np.random.default_rng(2).normal(size=(3, 13, 13, 4))
-  got = ops.max_pool(jnp.float32(x))
+  got = ops.max_pool(jnp.float32(x), backend=backend)
   assert got.shape == (3, 6, 6, 4)
   np.testing.assert_allclose(got, pool_numpy(x, 3, 2), rtol=1e-6)
   # One large value inside four overlapping windows: its gradient is the sum of the four.
   y = np.zeros((1, 5, 5, 1), np.float32)
   y[0, 2, 2, 0] = 1.0
-  grad = jax.grad(lambda v: ops.max_pool(v).sum())(jnp.asarray(y))
+  grad = jax.grad(lambda v: ops.max_pool(v, backend=backend).sum())(jnp.asarray(y))
   assert float(grad[0, 2, 2, 0]) == 4.0
 
 
-def test_dense_and_dropout():
+def test_dense():
   rng = np.random.default_rng(3)
   x, w, b = rng.normal(size=(7, 5)), rng.normal(size=(7, 3)), rng.normal(size=3)
   got = ops.dense(jnp.float32(x), jnp.float32(w), jnp.float32(b), relu=True)
   np.testing.assert_allclose(got, np.maximum(w.T @ x + b[:, None], 0), rtol=1e-5, atol=1e-5)
-  kept = ops.dropout(jnp.ones((4000, 10)), 0.5, jax.random.key(0))
-  assert set(np.unique(kept).tolist()) == {0.0, 2.0}
-  assert abs(float(kept.mean()) - 1.0) < 0.03
 
 
 def test_gradients_of_every_op():

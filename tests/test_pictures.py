@@ -3,7 +3,7 @@
 import numpy as np
 from PIL import Image
 
-from alexnet_jax import pictures
+from alexnet_jax.training import pictures
 
 
 def test_colour_specialisation_tells_grey_from_colour_towers():

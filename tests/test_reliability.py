@@ -19,20 +19,20 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from alexnet_jax import checkpoints, guard, metrics, train, workdirs
 from alexnet_jax.config import RANGES, paper_config, validate
 from alexnet_jax.data import DataError, decode, sources
+from alexnet_jax.training import checkpoints, guard, loop, metrics, train, workdirs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Ten steps of a two-tower network small enough to compile in a moment, on 32×32 procedural images; a config file,
 # so that the command-line tests run it too.
 TINY_CONFIG = """
-from alexnet_jax import networks
+from alexnet_jax.network import table
 from alexnet_jax.config import paper_config
-from alexnet_jax.networks import Layer, Table
+from alexnet_jax.network.table import Layer, Table
 
 
-@networks.register("reliability_test_net")
+@table.register("reliability_test_net")
 def net(*, num_classes, width, towers, lrn_alpha_over_n):
   return Table((Layer("conv1", "conv", filters=round(32 * width), size=5, stride=2),
                 Layer("pool1", "pool", size=3, stride=2),
@@ -77,7 +77,7 @@ def strict_rows(path) -> list[dict]:
 def finished(tmp_path_factory):
   """A tiny run of 10 steps with checkpoints 4, 8 and 10, and its final metrics."""
   workdir = str(tmp_path_factory.mktemp("finished"))
-  return workdir, train.train_and_evaluate(tiny_config(), workdir)
+  return workdir, loop.train_and_evaluate(tiny_config(), workdir)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def template():
   """A state of tiny_config()'s network (other values than any checkpoint's) for restore to lay out like."""
   config = tiny_config()
   setup = train.make_setup(config, 10, config.dataset.num_train_examples)
-  return train.create_train_state(setup, config, jax.random.key(7))
+  return train.create_train_state(setup, jax.random.key(7))
 
 
 # Divergence.
@@ -98,7 +98,7 @@ def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, s
       log_every_steps=100, checkpoint_every_steps=1)
   config = tiny_config(learning_rate=1e3, checkpoints_to_keep=1, **every)
   with pytest.raises(guard.Diverged, match=f"training diverged: a non-finite {seen_in} at step ") as e:
-    train.train_and_evaluate(config, str(tmp_path))
+    loop.train_and_evaluate(config, str(tmp_path))
   step = e.value.step
   assert "stopped without saving" in str(e.value) and "rerun with a lower config.learning_rate" in str(e.value)
   if seen_in == "loss":
@@ -189,15 +189,6 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(finished, 
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # nothing deleted
 
 
-def test_training_resumes_from_the_last_readable_checkpoint_as_if_uninterrupted(finished, tmp_path):
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  CORRUPTIONS["truncated data file"](os.path.join(workdir, "checkpoints", "10"))
-  assert train.train_and_evaluate(tiny_config(), workdir) == finished[1]
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "10.unreadable", "4", "8"]
-  assert [r["step"] for r in strict_rows(os.path.join(workdir, "metrics.jsonl"))] == [2, 4, 6, 8, 10, 10]
-
-
 def test_no_readable_checkpoint_stops_naming_them(finished, template, tmp_path):
   workdir = str(tmp_path / "run")
   shutil.copytree(finished[0], workdir)
@@ -211,23 +202,38 @@ def test_no_readable_checkpoint_stops_naming_them(finished, template, tmp_path):
 
 # Preemption.
 
-def test_sigterm_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_run(finished, tmp_path):
+def final_params(workdir: str, template):
+  state, _ = checkpoints.restore(checkpoints.existing(workdir, tiny_config()), template)
+  return jax.tree.map(np.asarray, state.params)
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_past_an_unreadable_checkpoint_ends_as_an_uninterrupted_run(
+    finished, template, tmp_path):
+  # A preemption saves the step it stopped after; that checkpoint is then found unreadable, and the rerun resumes
+  # from the one before: the same metrics and, bit for bit, the same parameters as a run never stopped.
   assert threading.current_thread() is threading.main_thread()  # Python runs signal handlers there
   workdir = str(tmp_path / "run")
   jsonl = os.path.join(workdir, "metrics.jsonl")
 
   def preempt():  # as a cluster does, while the loop runs
-    while not (os.path.exists(jsonl) and os.path.getsize(jsonl)):
+    while not (os.path.exists(jsonl) and len(open(jsonl).readlines()) >= 5):
       time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGTERM)
 
   threading.Thread(target=preempt, daemon=True).start()
   with pytest.raises(guard.Interrupted, match="stopped by SIGTERM after step ") as e:
-    train.train_and_evaluate(tiny_config(num_epochs=20.0, log_every_steps=1), workdir)
-  assert e.value.exit_status == 128 + signal.SIGTERM and 1 <= e.value.step < 10
-  assert str(e.value.step) in os.listdir(os.path.join(workdir, "checkpoints"))
+    loop.train_and_evaluate(tiny_config(num_epochs=20.0, log_every_steps=1), workdir)
+  stopped = e.value.step
+  assert e.value.exit_status == 128 + signal.SIGTERM and 5 <= stopped < 10
+  assert str(stopped) in os.listdir(os.path.join(workdir, "checkpoints"))
   assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are the caller's again
-  assert train.train_and_evaluate(tiny_config(), workdir) == finished[1]
+  CORRUPTIONS["truncated data file"](os.path.join(workdir, "checkpoints", str(stopped)))
+  assert loop.train_and_evaluate(tiny_config(), workdir) == finished[1]
+  assert f"{stopped}.unreadable" in os.listdir(os.path.join(workdir, "checkpoints"))
+  jax.tree.map(np.testing.assert_array_equal, final_params(workdir, template), final_params(finished[0], template))
+  resumed_from = 8 if stopped == 9 else 4  # the last readable checkpoint: every 4 steps
+  assert [r["step"] for r in strict_rows(jsonl) if r["split"] == "train"] == [
+      *range(1, resumed_from + 1), *range(resumed_from + 2, 11, 2)]  # nothing logged twice
 
 
 def _start(args, **kwargs):
@@ -331,7 +337,7 @@ def test_metrics_jsonl_is_strict_json_appended_and_cut_in_place(tmp_path, caplog
 def test_a_second_run_on_a_workdir_is_refused(tmp_path):
   with workdirs.claim(str(tmp_path)):  # a run holds it
     with pytest.raises(workdirs.WorkdirError, match=f"another run .pid {os.getpid()}. is using --workdir {tmp_path}"):
-      train.train_and_evaluate(tiny_config(), str(tmp_path))
+      loop.train_and_evaluate(tiny_config(), str(tmp_path))
   with workdirs.claim(str(tmp_path)):  # released when the run ends
     pass
 
@@ -346,7 +352,7 @@ def test_an_unusable_workdir_stops_naming_it(tmp_path, where, message):
   workdir = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "run",
              "/proc": "/proc/alexnet_jax_test"}[where]
   with pytest.raises(workdirs.WorkdirError, match=message):
-    train.train_and_evaluate(tiny_config(), str(workdir))
+    loop.train_and_evaluate(tiny_config(), str(workdir))
 
 
 def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file):

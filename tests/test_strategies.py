@@ -1,4 +1,4 @@
-"""The strategies of networks.with_strategy (tower, data, hybrid) and pmap's data parallelism compute the same
+"""The strategies of table.with_strategy (tower, data, hybrid) and pmap's data parallelism compute the same
 training steps on any (data, model) mesh: parameters after two steps, dropout included, within float rounding."""
 
 import functools
@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alexnet_jax import parallel, pmap_data, train
 from alexnet_jax.config import paper_config, validate
-from alexnet_jax.model import Network
-from alexnet_jax.networks import Layer, Table, alexnet, with_strategy
+from alexnet_jax.data import placement
+from alexnet_jax.network import sharding
+from alexnet_jax.network.model import Network
+from alexnet_jax.network.table import Layer, Table, alexnet, with_strategy
+from alexnet_jax.training import pmap, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = 8
@@ -31,8 +33,8 @@ def tiny_config(strategy="tower", model=1, data=1):
 def two_steps(config) -> dict:
   """Parameters after two train steps on a fixed batch, as host arrays."""
   setup = train.make_setup(config, 10, 1000)
-  state = train.create_train_state(setup, config, jax.random.key(0))
-  batch = train.put_batch(setup.mesh, train.random_batch(B, 64, 10, size=72))
+  state = train.create_train_state(setup, jax.random.key(0))
+  batch = setup.batch_rows.put(placement.random_batch(B, 64, 10, size=72))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   for _ in range(2):
     state, _ = step(state, batch, jax.random.key(1))
@@ -62,15 +64,15 @@ def test_every_strategy_on_two_devices_trains_as_one_device(strategy, model, dat
 def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
   config = tiny_config("data", 1, 2)
   setup = train.make_setup(config, 10, 1000)
-  state = pmap_data.stack(setup.mesh, train.create_train_state(setup, config, jax.random.key(0)))
-  batch = pmap_data.rows(setup.mesh, train.put_batch(setup.mesh, train.random_batch(B, 64, 10, size=72)))
+  state = pmap.stack(setup.mesh, train.create_train_state(setup, jax.random.key(0)))
+  batch = pmap.rows(setup.mesh, setup.batch_rows.put(placement.random_batch(B, 64, 10, size=72)))
   assert state.params["fc8"]["bias"].shape == (2, 10) and batch["image"].shape == (2, B // 2, 72, 72, 3)
-  step = pmap_data.train_step(setup)
+  step = pmap.train_step(setup)
   for _ in range(2):
     state, metrics = step(state, batch, jax.random.key(1))
   assert int(metrics["count"]) == B and int(state.step[1]) == 2  # one copy of the metrics, a replica per device
   assert_same(jax.tree.map(lambda x: np.asarray(x[1]), state.params), one_device)
-  assert_same(jax.tree.map(np.asarray, pmap_data.unstack(setup.mesh, state).params), one_device)
+  assert_same(jax.tree.map(np.asarray, pmap.unstack(setup.mesh, state).params), one_device)
 
 
 def test_pmap_is_refused_for_strategies_other_than_data_in_one_line():
@@ -121,4 +123,4 @@ def test_bad_placements_are_refused_in_one_line():
   x = jnp.zeros((3, 9, 9, 4))
   params = net.init(jax.random.key(0), x)["params"]
   with pytest.raises(ValueError, match=r"^layer fc: its bias \(1, 9\) does not split over the 2 devices of 'model'$"):
-    parallel.sharded_apply(net, parallel.make_mesh(model=2))(params, x, jax.random.key(0))
+    sharding.sharded_apply(net, sharding.make_mesh(model=2))(params, x, jax.random.key(0))

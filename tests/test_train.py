@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from alexnet_jax import checkpoints, train
 from alexnet_jax.config import paper_config, validate
-from alexnet_jax.data import DataError, augment, eval_batches, get_dataset, train_batches
+from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, placement, train_batches
+from alexnet_jax.training import loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +40,7 @@ def demo_config(**changes):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("demo"))
-  return workdir, train.train_and_evaluate(demo_config(), workdir)
+  return workdir, loop.train_and_evaluate(demo_config(), workdir)
 
 
 def test_short_demo_run_beats_chance(demo_run):
@@ -69,7 +69,7 @@ def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
 
 def steps_on_one_batch(setup, config, state, steps=4):
   """(state, per-example losses) after `steps` train steps on the first batch of 16."""
-  batch = train.put_batch(setup.mesh, first_batch(config, 16))
+  batch = setup.batch_rows.put(first_batch(config, 16))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   losses = []
   for _ in range(steps):
@@ -81,7 +81,7 @@ def steps_on_one_batch(setup, config, state, steps=4):
 def test_train_step_lowers_the_loss_on_a_fixed_batch():
   config = demo_config(batch_size=16)
   setup = train.make_setup(config, 10, 4800)
-  state = train.create_train_state(setup, config, jax.random.key(0))
+  state = train.create_train_state(setup, jax.random.key(0))
   state, losses = steps_on_one_batch(setup, config, state)
   assert losses[-1] < losses[0] - 0.1, losses
   assert int(state.step) == 4
@@ -92,8 +92,8 @@ def test_bfloat16_compute_keeps_float32_parameters():
   for dtype in ("float32", "bfloat16"):
     config = demo_config(batch_size=8, dtype=dtype)
     setup = train.make_setup(config, 10, 4800)
-    state = train.create_train_state(setup, config, jax.random.key(0))
-    batch = train.put_batch(setup.mesh, first_batch(config, 8))
+    state = train.create_train_state(setup, jax.random.key(0))
+    batch = setup.batch_rows.put(first_batch(config, 8))
     state, m = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
     assert all(p.dtype == np.float32 for p in jax.tree.leaves(state.params))
     losses[dtype] = float(m["loss"]) / 8
@@ -101,46 +101,23 @@ def test_bfloat16_compute_keeps_float32_parameters():
   assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.05)
 
 
-def final_params(workdir, config):
-  setup = train.make_setup(config, 10, config.dataset.num_train_examples)
-  state = train.create_train_state(setup, config, jax.random.key(99))  # a different init: restore must replace it
-  return jax.tree.map(np.asarray, checkpoints.restore(checkpoints.manager(workdir, config), state)[0].params)
-
-
-def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path):
-  config = demo_config(batch_size=8, num_epochs=1.0, checkpoint_every_steps=4, log_every_steps=2,
-                       eval_every_steps=100)
-  config.dataset.num_train_examples, config.dataset.num_eval_examples = 96, 50  # 12 steps
-  whole = train.train_and_evaluate(config, str(tmp_path / "whole"))
-  # The same command stopped after 8 of its 12 steps, then run again in the same workdir.
-  stopped = validate(config.copy_and_resolve_references())
-  stopped.num_epochs = 8 / 12
-  train.train_and_evaluate(stopped, str(tmp_path / "resumed"))
-  resumed = train.train_and_evaluate(config, str(tmp_path / "resumed"))
-  assert resumed == whole
-  a, b = final_params(str(tmp_path / "whole"), config), final_params(str(tmp_path / "resumed"), config)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
-  steps = [json.loads(line)["step"] for line in open(tmp_path / "resumed" / "metrics.jsonl")]
-  assert steps == sorted(steps)  # nothing logged twice
-
-
 def test_checkpoint_of_another_network_or_input_order_is_refused(tmp_path):
   config = demo_config(batch_size=8, num_epochs=0.05)
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   with pytest.raises(ValueError, match="does not fit this configuration"):
-    train.train_and_evaluate(demo_config(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
+    loop.train_and_evaluate(demo_config(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
   # Same network, but batch i would now hold other examples: resuming would repeat and skip data.
   with pytest.raises(DataError, match="input position does not fit this run .batch_size 8 → 16"):
-    train.train_and_evaluate(demo_config(batch_size=16, num_epochs=0.1), str(tmp_path))
+    loop.train_and_evaluate(demo_config(batch_size=16, num_epochs=0.1), str(tmp_path))
 
 
 CUSTOM_NETWORK_CONFIG = """
-from alexnet_jax import networks
+from alexnet_jax.network import table
 from alexnet_jax.config import paper_config
-from alexnet_jax.networks import Layer, Table
+from alexnet_jax.network.table import Layer, Table
 
 
-@networks.register("tiny_test_net")
+@table.register("tiny_test_net")
 def tiny(*, num_classes, width, towers, lrn_alpha_over_n):
   return Table((
       Layer("conv1", "conv", filters=round(16 * width), size=5, stride=2),
@@ -163,7 +140,7 @@ def test_a_config_file_can_define_and_register_its_own_network(tmp_path):
   config = validate(runpy.run_path(str(path))["get_config"]())
   setup = train.make_setup(config, 10, 320)
   assert [layer.name for layer in setup.net.table.layers] == ["conv1", "norm1", "pool1", "fc2"]
-  state = train.create_train_state(setup, config, jax.random.key(0))
+  state = train.create_train_state(setup, jax.random.key(0))
   assert state.params["conv1"]["kernel"].shape == (2, 3, 5, 5, 8)
   assert len(state.params["conv1"]["kernel"].sharding.device_set) == 2  # a tower per device
   state, losses = steps_on_one_batch(setup, config, state)
@@ -184,7 +161,7 @@ def test_metrics_count_top1_and_top5_hits_on_known_logits():
 def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference():
   config = demo_config()
   setup = train.make_setup(config, 10, 4800, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
-  batch = train.random_batch(6, 96, 10, seed=2, size=110)
+  batch = placement.random_batch(6, 96, 10, seed=2, size=110)
   batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
   assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
   got = jax.jit(functools.partial(train.model_input, setup))(batch)
@@ -198,37 +175,40 @@ def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference():
 def test_ten_crop_evaluation_averages_the_crops_softmax():
   config = demo_config(batch_size=8)
   setup = train.make_setup(config, 10, 4800)
-  state = train.create_train_state(setup, config, jax.random.key(0))
+  state = train.create_train_state(setup, jax.random.key(0))
   images = np.random.default_rng(0).integers(0, 256, (4, 104, 104, 3), np.uint8)  # stored larger than the crop
   batch = dict(image=images, label=np.array([0, 1, 2, 3], np.int32), mask=np.array([True] * 3 + [False]))
   p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
-  m = p_eval_step(state, train.put_batch(setup.mesh, batch), crops=10)
+  m = p_eval_step(state, setup.batch_rows.put(batch), crops=10)
   crops = np.concatenate([augment.ten_crops(x, 96) for x in images])  # the numpy reference, on the host
-  logits = train.logits_fn(setup)(state.params, train.normalise(setup, crops), jax.random.key(0), False)
+  images = device_augment.normalise(crops, None, setup.mean, setup.std)
+  logits = train.logits_fn(setup)(state.params, images, jax.random.key(0), False)
   probs = np.asarray(jax.nn.softmax(logits)).reshape(4, 10, 10).mean(1)[:3]
   expected_top1 = (probs.argmax(-1) == [0, 1, 2]).sum()
   assert int(m["count"]) == 3 and int(m["top1"]) == expected_top1
   np.testing.assert_allclose(float(m["loss"]), -np.log(probs[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
-  centre = p_eval_step(state, train.put_batch(setup.mesh, batch), crops=1)
-  logits = train.logits_fn(setup)(state.params, train.normalise(setup, crops[4::10]), jax.random.key(0), False)
+  centre = p_eval_step(state, setup.batch_rows.put(batch), crops=1)
+  images = device_augment.normalise(crops[4::10], None, setup.mean, setup.std)
+  logits = train.logits_fn(setup)(state.params, images, jax.random.key(0), False)
   np.testing.assert_allclose(float(centre["loss"]), float(train.metrics_of(logits, batch["label"], batch["mask"])
                                                            ["loss"]), rtol=1e-5)
   with pytest.raises(ValueError, match="crops must be 1 .centre. or 10"):
-    p_eval_step(state, train.put_batch(setup.mesh, batch), crops=5)
+    p_eval_step(state, setup.batch_rows.put(batch), crops=5)
 
 
 def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
   workdir, metrics = demo_run
   config = demo_config()
-  step, results = train.evaluate_checkpoint(config, workdir, (1, 10))
+  step, results = loop.evaluate_checkpoint(config, workdir, (1, 10))
   assert step == 150 and set(results) == {1, 10}
   assert results[1] == pytest.approx(metrics | dict(count=500))  # the centre crop is the training run's eval
   # The ten crops' metrics from the checkpoint's logits of every crop, their softmax averaged here.
-  setup, dataset, state = train.restore_newest(config, workdir)
+  setup, dataset, state = loop.restore_newest(config, workdir)
   logits = jax.jit(lambda images: train.logits_fn(setup)(state.params, images, jax.random.key(0), False))
   probs, labels = [], []
   for batch in eval_batches(dataset, config.eval_batch_size):
-    images = train.normalise(setup, np.stack([augment.ten_crops(x, config.image_size) for x in batch["image"]]))
+    ten = np.stack([augment.ten_crops(x, config.image_size) for x in batch["image"]])
+    images = device_augment.normalise(ten, None, setup.mean, setup.std)
     n = images.shape[0]
     crops = np.asarray(jax.nn.softmax(logits(images.reshape(n * 10, *images.shape[2:])))).reshape(n, 10, -1)
     probs.append(crops.mean(1)[batch["mask"]])
@@ -255,17 +235,17 @@ def test_bad_config_and_input_get_one_clear_error():
   config.dataset.gpu_backends = "cuda"
   with pytest.raises(ValueError, match="config.dataset.gpu_backends='cuda' is not one of 'all', 'hardware'"):
     validate(config)
-  batch = train.random_batch(2, 96, 10, size=104)
-  train.check_batch(batch, 104, 96)
+  batch = placement.random_batch(2, 96, 10, size=104)
+  placement.check_batch(batch, 104, 96)
   with pytest.raises(ValueError, match=r"expected a batch of image \(2, 110, 110, 3\) uint8, offset \(2, 2\) int32, "
                      r"flip \(2,\) bool, shift \(2, 3\) float32, label \(2,\) int32; got image \(2, 104, 104, 3\)"):
-    train.check_batch(batch, 110, 96)
+    placement.check_batch(batch, 110, 96)
   with pytest.raises(ValueError, match=r"got image \(2, 104, 104, 3\) float32"):
-    train.check_batch(batch | dict(image=batch["image"].astype(np.float32)), 104, 96)
+    placement.check_batch(batch | dict(image=batch["image"].astype(np.float32)), 104, 96)
   with pytest.raises(ValueError, match=r"; got image \(2, 104, 104, 3\) uint8, offset \(2, 2\) int32, shift"):
-    train.check_batch({k: v for k, v in batch.items() if k != "flip"}, 104, 96)
+    placement.check_batch({k: v for k, v in batch.items() if k != "flip"}, 104, 96)
   with pytest.raises(ValueError, match=r"crop offsets must lie in \[0, 8\] .* got 0..9"):
-    train.check_batch(batch | dict(offset=np.array([[0, 9], [3, 3]], np.int32)), 104, 96)
+    placement.check_batch(batch | dict(offset=np.array([[0, 9], [3, 3]], np.int32)), 104, 96)
   with pytest.raises(ValueError, match="needs 4 devices"):
     train.make_setup(demo_config(mesh=dict(model=2, data=2)), 10, 100)
 

@@ -187,8 +187,8 @@ def test_nan_reaches_exactly_its_receptive_field(shape):
 
 def alexnet_grouped(batch=128):
   """(x_shape, w_shape, stride, padding, groups) of each conv layer with the two towers on one device."""
-  from alexnet_jax.layer_shapes import grouped_convs  # noqa: PLC0415
-  from alexnet_jax.networks import alexnet  # noqa: PLC0415
+  from alexnet_jax.measure.kernel_shapes import grouped_convs  # noqa: PLC0415
+  from alexnet_jax.network.table import alexnet  # noqa: PLC0415
 
   return [(s.x, s.w, s.stride, s.padding, s.groups) for s in grouped_convs(alexnet(), 224, batch)]
 
@@ -224,8 +224,8 @@ def test_bad_shapes_are_refused():
 
 
 def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
-  from alexnet_jax.layer_shapes import grouped_convs, tower_convs  # noqa: PLC0415
-  from alexnet_jax.networks import alexnet  # noqa: PLC0415
+  from alexnet_jax.measure.kernel_shapes import grouped_convs, tower_convs  # noqa: PLC0415
+  from alexnet_jax.network.table import alexnet  # noqa: PLC0415
   from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
 
   assert TUNED

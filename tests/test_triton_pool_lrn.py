@@ -123,13 +123,6 @@ def test_max_pool_propagates_nan_to_exactly_its_windows():
   assert idx[1, 1, 2, 2] == (4 - 2) * 3 + (6 - 4) and idx[0, 0, 0, 0] == 2 * 3 + 2
 
 
-def test_max_pool_overlap_gradient_sums():
-  x = np.zeros((1, 5, 5, 1), np.float32)
-  x[0, 2, 2, 0] = 1.0  # in all four windows
-  y, idx = run_pool(x, 3, 2)
-  assert run_pool_bwd(np.ones_like(y), idx, x.shape, 3, 2)[0, 2, 2, 0] == 4.0
-
-
 # ---- LRN ----
 
 def lrn_window(c, cg, size):

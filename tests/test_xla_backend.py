@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from jax import lax
 
-from alexnet_jax import layouts, ops, train
+from alexnet_jax import ops
 from alexnet_jax.config import paper_config
+from alexnet_jax.data import placement
+from alexnet_jax.measure import layouts
+from alexnet_jax.training import train
 
 B = 6  # a batch that no weight axis of the small config equals, so that a trailing 6 marks an activation
 
@@ -116,8 +119,8 @@ def small_config(model: int):
 
 def lowered_step_text(config) -> str:
   setup = train.make_setup(config, 10, 1000)
-  state = jax.eval_shape(lambda k: train.create_train_state(setup, config, k), jax.random.key(0))
-  batch = train.put_batch(setup.mesh, train.random_batch(B, config.image_size, 10))
+  state = jax.eval_shape(lambda k: train.create_train_state(setup, k), jax.random.key(0))
+  batch = setup.batch_rows.put(placement.random_batch(B, config.image_size, 10))
   return jax.jit(functools.partial(train.train_step, setup=setup)).lower(state, batch, jax.random.key(0)).as_text()
 
 

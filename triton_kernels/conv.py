@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from triton_kernels.conv_tiles import TUNED
-from triton_kernels.launch import Launch, cdiv
+from triton_kernels.launch import Launch, out_size
 
 DTYPES = ("float32", "float16", "bfloat16")
 INPUT_PRECISIONS = ("ieee", "tf32")
@@ -223,7 +223,7 @@ def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> 
 def rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups) -> Tiles:
   _, h, w, n = x_shape
   cg, kh, kw, f = w_shape
-  oh, ow = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+  oh, ow = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
   if kernel == "fwd":
     rows, cols, depth = _block(f // groups, 16, 128), _block(oh * ow * n, 16, 128), _block(cg * kh * kw, 16, 32)
   elif kernel == "dgrad":
@@ -242,7 +242,7 @@ def _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_preci
                      f"divisible by groups={groups}")
   if stride < 1 or padding < 0:
     raise ValueError(f"conv: stride {stride} must be ≥ 1 and padding {padding} ≥ 0")
-  oh, ow = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+  oh, ow = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)
   if min(oh, ow, n) < 1:
     raise ValueError(f"conv: {kh}×{kw} filters do not fit images {x_shape} with padding {padding}")
   if dtype_name not in DTYPES or input_precision not in INPUT_PRECISIONS:
@@ -264,7 +264,7 @@ def conv_fwd_launch(x_shape, w_shape, stride, padding, groups, relu, has_bias, d
   """conv_fwd_kernel(x, w, b, y) for x (C, H, W, N) and w (C/G, KH, KW, F): y is (F, OH, OW, N) in x's dtype."""
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   t = tiles or tiles_for("fwd", x_shape, w_shape, stride, padding, groups, dtype_name)
-  grid = (cdiv(w_shape[3] // groups, t.rows) * cdiv(oh * ow * shape["N"], t.cols), groups)
+  grid = (triton.cdiv(w_shape[3] // groups, t.rows) * triton.cdiv(oh * ow * shape["N"], t.cols), groups)
   return _launch("fwd", grid, shape, t, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision)
 
 
@@ -273,7 +273,7 @@ def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   """conv_dgrad_kernel(dy, w, dx): dy (F, OH, OW, N) and w as in the forward pass; dx has x_shape and dy's dtype."""
   shape, _, _ = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   t = tiles or tiles_for("dgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
-  grid = (cdiv(w_shape[0], t.rows) * cdiv(shape["H"] * shape["W"] * shape["N"], t.cols), groups)
+  grid = (triton.cdiv(w_shape[0], t.rows) * triton.cdiv(shape["H"] * shape["W"] * shape["N"], t.cols), groups)
   return _launch("dgrad", grid, shape, t, INPUT_PRECISION=input_precision)
 
 
@@ -286,9 +286,9 @@ def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   cg, kh, kw, f = w_shape
   t = tiles or tiles_for("wgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
-  steps = cdiv(oh * ow * shape["N"], t.depth)
-  want = split if split is not None else cdiv(steps * t.depth, t.columns)
-  split_steps = cdiv(steps, max(1, min(want, steps)))
-  n_split = cdiv(steps, split_steps)  # recount so that no program is left without columns
-  grid = (cdiv(cg * kh * kw, t.rows) * cdiv(f // groups, t.cols), n_split, groups)
+  steps = triton.cdiv(oh * ow * shape["N"], t.depth)
+  want = split if split is not None else triton.cdiv(steps * t.depth, t.columns)
+  split_steps = triton.cdiv(steps, max(1, min(want, steps)))
+  n_split = triton.cdiv(steps, split_steps)  # recount so that no program is left without columns
+  grid = (triton.cdiv(cg * kh * kw, t.rows) * triton.cdiv(f // groups, t.cols), n_split, groups)
   return _launch("wgrad", grid, shape, t, INPUT_PRECISION=input_precision, SPLIT=n_split, SPLIT_STEPS=split_steps)

@@ -12,5 +12,7 @@ class Launch:
   num_stages: int = 2
 
 
-def cdiv(a: int, b: int) -> int:
-  return -(-a // b)
+def out_size(size: int, window: int, stride: int = 1, padding: int = 0) -> int:
+  """The side of a convolution's or pool's output: every window that fits in the padded input (cuda-convnet's
+  rounding down; the one formula of the project's shapes)."""
+  return (size + 2 * padding - window) // stride + 1

@@ -19,7 +19,7 @@ beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and
 import triton
 import triton.language as tl
 
-from triton_kernels.launch import Launch, cdiv
+from triton_kernels.launch import Launch
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
@@ -137,11 +137,11 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name):
   p = h * w * n
   # One 16-byte vector per thread, halved down to one element per thread while the grid is too small to fill the GPU.
   block = 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name]
-  while block > 32 * NUM_WARPS and cdiv(p, block) * groups < PROGRAMS:
+  while block > 32 * NUM_WARPS and triton.cdiv(p, block) * groups < PROGRAMS:
     block //= 2
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
                     RELU=bool(relu), BLOCK=block)
-  return Launch(kernel, grid=(cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
+  return Launch(kernel, grid=(triton.cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,

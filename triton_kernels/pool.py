@@ -12,7 +12,7 @@ element sums dy over the windows that cover it and chose it, so there are no ato
 import triton
 import triton.language as tl
 
-from triton_kernels.launch import Launch, cdiv
+from triton_kernels.launch import Launch, out_size
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
@@ -75,7 +75,7 @@ def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexp
 
 def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
   c, h, w, n = shape
-  return c, (h - size) // stride + 1, (w - size) // stride + 1, n
+  return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
 def _launch(kernel, shape, size, stride, dtype_name, elements):
@@ -90,7 +90,7 @@ def _launch(kernel, shape, size, stride, dtype_name, elements):
   # Two 16-byte vectors per thread keep enough loads in flight; a small layer gets a smaller (power of two) block.
   block = min(2 * 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name], max(32 * NUM_WARPS, triton.next_power_of_2(elements)))
   constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block)
-  return Launch(kernel, grid=(cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
+  return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
 
 
 def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:

@@ -57,14 +57,14 @@ class Decoder:
   def __getitem__(self, i) -> dict:
     """{'image': (size, size, 3) uint8, 'label': int, 'skipped': how many unreadable examples were passed over}."""
     image = np.empty((self.size, self.size, 3), np.uint8)
-    label, skipped = self._read_into(int(i), image)
+    label, skipped = self.read_into(int(i), image)
     return dict(image=image, label=label, skipped=skipped)
 
   def batch(self, indices) -> tuple[np.ndarray, np.ndarray, int]:
     """(images (N, size, size, 3) uint8, labels (N,) int32, unreadable examples passed over) of examples
     `indices`."""
     images = np.empty((len(indices), self.size, self.size, 3), np.uint8)
-    reads = self._map(self._read_into, [int(i) for i in indices], images)  # a row of `images` is a view into it
+    reads = self._map(self.read_into, [int(i) for i in indices], images)  # a row of `images` is a view into it
     labels = np.array([label for label, _ in reads], np.int32)
     return images, labels, sum(skipped for _, skipped in reads)
 
@@ -102,15 +102,15 @@ class Decoder:
     return (h, w) == (self.size, self.size) and colorspace == "YCbCr"
 
   def _decode_read(self, i: int, example: dict | None, out: np.ndarray) -> tuple[int, int]:
-    """_read_into for example i already read (None: it could not be): decoded from what was read, not read again;
-    one that does not decode goes to _read_into, which warns, counts and substitutes."""
+    """read_into for example i already read (None: it could not be): decoded from what was read, not read again;
+    one that does not decode goes to read_into, which warns, counts and substitutes."""
     if example is not None:
       try:
         self._decode_into(example, out)
         return int(example["label"]), 0
       except UNREADABLE:
         pass
-    return self._read_into(i, out)
+    return self.read_into(i, out)
 
   def _read_example(self, i: int) -> dict | None:
     try:
@@ -121,7 +121,8 @@ class Decoder:
   def _map(self, fn, *args) -> list:
     return list(self._pool.map(fn, *args) if self._pool else map(fn, *args))
 
-  def _read_into(self, i: int, out: np.ndarray) -> tuple[int, int]:
+  def read_into(self, i: int, out: np.ndarray) -> tuple[int, int]:
+    """(label, unreadable examples passed over) of example i decoded into `out`, or of the next readable one."""
     n = len(self.source)
     for skipped in range(n):
       j = (i + skipped) % n

@@ -17,15 +17,16 @@ IN_FLIGHT = 2  # batches put and not yet finished: the next is under way (decodi
 
 
 class Feed:
-  """An iterator of (device batch, skipped) from the iterator `host_batches` of (host batch, skipped). `put(host
-  batch)` starts a batch on its way and returns `finish`, which returns (device batch, images skipped on the
-  device); the next batch is put before the last is finished, so a put that hands its work to others (the
-  decoding processes) overlaps with collecting the last. An exception in the thread is raised by next().
+  """An iterator of (device batch, skipped) from the iterator `host_batches` of (host batch, skipped).
+  `putter.put(host batch)` (data.placement.HostPut, DevicePut) starts a batch on its way and returns `finish`, which
+  returns (device batch, images skipped on the device); the next batch is put before the last is finished, so a put
+  that hands its work to others (the decoding processes) overlaps with collecting the last. An exception in the
+  thread is raised by next().
   `seconds` says where the thread's time went: waiting for host batches ('host'), putting and finishing them
   ('put'), waiting for the loop to take them ('loop')."""
 
-  def __init__(self, host_batches, put):
-    self._host, self._put = host_batches, put
+  def __init__(self, host_batches, putter):
+    self._host, self._putter = host_batches, putter
     self._ready = queue.Queue(AHEAD)
     self._stop = threading.Event()
     self.seconds = dict(host=0.0, put=0.0, loop=0.0)
@@ -39,7 +40,7 @@ class Feed:
         start = time.perf_counter()
         batch, skipped = next(self._host)
         put = time.perf_counter()
-        pending.append((self._put(batch), skipped))
+        pending.append((self._putter.put(batch), skipped))
         self.seconds["host"] += put - start
         self.seconds["put"] += time.perf_counter() - put
         if len(pending) == IN_FLIGHT:
@@ -80,10 +81,10 @@ class Feed:
     return item
 
   def close(self) -> None:
-    """Stops the thread, then the host iterator's worker processes and put's decoding processes, if any."""
+    """Stops the thread, then the host iterator's worker processes and the putter's decoding processes, if any."""
     self._stop.set()
     self._thread.join()
     while not self._ready.empty():
       self._ready.get()
     getattr(self._host, "close", lambda: None)()
-    getattr(self._put, "close", lambda: None)()
+    self._putter.close()

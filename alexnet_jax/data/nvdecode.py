@@ -147,7 +147,7 @@ class DeviceDecoder:
       if failed:
         more = np.empty((len(failed), *self.shape[1:]), np.uint8)
         for r, image in zip(failed, more):
-          labels[start + r], skips = self.host._read_into(int(batch["index"][start + r]), image)
+          labels[start + r], skips = self.host.read_into(int(batch["index"][start + r]), image)
           skipped += skips
         rows, images = np.concatenate([rows, failed]), np.concatenate([images, more])
       blocks.append(device.finish(rows.astype(np.int32), images, half))

@@ -18,7 +18,7 @@ for the procedural set, whose images are never cropped, flipped or shifted):
 Crop, flip and shift are drawn for each global batch from (seed, step), as Grain's random_map seeds it; the host
 only decodes, and sends S×S uint8 (a quarter of float32's bytes), or, where the devices decode (decoder 'gpu'), the
 JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch). The device applies the draws and normalises with the
-dataset's mean and std (train.model_input). Images are NHWC at this boundary, the convention every image source
+dataset's mean and std (training.train.model_input). Images are NHWC at this boundary, the convention every image source
 uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 """
 
@@ -28,8 +28,8 @@ import signal
 from collections.abc import Iterator
 
 import grain
-from absl import flags
 import numpy as np
+from absl import flags
 
 from alexnet_jax.data import augment, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
@@ -105,7 +105,7 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
   every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
-  train.process_rows).
+  data.placement.Rows.process_rows).
   """
   if rows is None:
     if batch_size % process_count:
@@ -153,7 +153,8 @@ def _ahead() -> grain.ReadOptions:
 
 def eval_batches(dataset: Dataset, batch_size: int, rows: slice = slice(None)) -> Iterator[dict]:
   """The evaluation split in order, S×S images (the device crops them); the last batch is padded by repeating its
-  last example and the padding is masked out. Of each batch, only `rows` (this process's, train.process_rows)."""
+  last example and the padding is masked out. Of each batch, only `rows` (this process's:
+  data.placement.Rows.process_rows)."""
   batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size)
   batches = batches.map(lambda i: dataset.eval_batch(i, batch_size, rows))
   yield from batches.to_iter_dataset(_ahead())

@@ -24,17 +24,23 @@ def check_backend(backend: str, dtype=None) -> str:
   return "xla" if dtype is not None and jnp.dtype(dtype) == jnp.float64 else backend
 
 
+def by_platform(backend: str, build):
+  """build(backend) for a backend other than 'auto'; for 'auto', a function that runs build('triton') where the
+  program is lowered for CUDA and build('xla') everywhere else: the one place where 'auto' is resolved, for an op
+  (dispatch) or for a whole network (network.sharding.sharded_apply)."""
+  if backend != "auto":
+    return build(backend)
+  kernels, reference = build("triton"), build("xla")
+  return lambda *args: jax.lax.platform_dependent(*args, cuda=kernels, default=reference)
+
+
 def dispatch(backend: str, reference, kernel, *operands):
   """reference(*operands) or kernel(*operands, mode=…), as `backend` asks; operands[0] sets the dtype.
 
   Under 'auto' JAX differentiates the reference where it runs, and the kernel path brings its own custom_vjp.
   """
   mode = check_backend(backend, operands[0].dtype)
-  if mode == "xla":
-    return reference(*operands)
-  if mode == "auto":
-    return jax.lax.platform_dependent(*operands, cuda=functools.partial(kernel, mode="triton"), default=reference)
-  return kernel(*operands, mode=mode)
+  return by_platform(mode, lambda m: reference if m == "xla" else functools.partial(kernel, mode=m))(*operands)
 
 
 def accumulator(dtype):

@@ -15,6 +15,7 @@ from jax import lax
 
 from alexnet_jax.ops.backend import dispatch, dot_precision
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes, triton_kernels
+from triton_kernels.launch import out_size
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
 
@@ -38,7 +39,7 @@ def conv2d_reference(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False)
 def _out_shape(x_shape, w_shape, stride, padding):
   _, h, w, n = x_shape
   _, kh, kw, f = w_shape
-  return (f, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1, n)
+  return f, out_size(h, kh, stride, padding), out_size(w, kw, stride, padding), n
 
 
 # `tiles` (a triton_kernels.conv.Tiles) overrides the kernel's tiles: scripts/tune_conv.py binds the primitives with

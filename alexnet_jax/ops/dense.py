@@ -1,4 +1,4 @@
-"""Fully-connected layers and dropout on (features, images) activations, cuda-convnet's layout after the convs."""
+"""Fully-connected layers on (features, images) activations, cuda-convnet's layout after the convs."""
 
 import functools
 
@@ -57,11 +57,3 @@ def dense(x, w, b=None, *, relu=False, out_dtype=None, backend="auto"):
   check_backend(backend)
   return dense_reference(x, w, b, relu=relu, out_dtype=out_dtype)
 
-
-def dropout(x, rate, key):
-  """Inverted dropout: keeps each unit with probability 1 − rate and scales it by 1/(1 − rate), so evaluation
-  needs no rescaling (the paper halved the outputs at test time instead: the same expectation)."""
-  if rate == 0.0:
-    return x
-  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))

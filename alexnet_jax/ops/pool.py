@@ -15,6 +15,7 @@ from jax import lax
 
 from alexnet_jax.ops.backend import dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
+from triton_kernels.launch import out_size
 
 
 def max_pool_reference(x, *, size=3, stride=2):
@@ -73,7 +74,7 @@ _max_pool_xla.defvjp(_max_pool_xla_fwd, _max_pool_xla_bwd)
 
 def _pooled(shape, size, stride):
   c, h, w, n = shape
-  return c, (h - size) // stride + 1, (w - size) // stride + 1, n
+  return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
 def _fwd_launch(x, *, size, stride):

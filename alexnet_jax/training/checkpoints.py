@@ -16,7 +16,7 @@ import sys
 import jax
 import orbax.checkpoint as ocp
 
-from alexnet_jax import guard
+from alexnet_jax.training import guard
 
 UNREADABLE_SUFFIX = ".unreadable"  # a step directory set aside: orbax only takes names of digits for steps
 

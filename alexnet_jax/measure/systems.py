@@ -10,7 +10,7 @@ mesh says:
   dp      data parallelism: every tower on every device, the batch split over all devices (model=1, data=N)
   hybrid  Krizhevsky 2014: convolutions data-parallel over every device, fc layers split over them (strategy
           hybrid, model=N, data=1; ours only)
-  pmap    dp written with jax.pmap and lax.pmean (pmap_data.py; ours only)
+  pmap    dp written with jax.pmap and lax.pmean (training/pmap.py; ours only)
   one     every tower on one device (model=1, data=1)
 
 Steps run on random stored-size images with crop offsets and flips, as training sends them (the device cuts the
@@ -24,10 +24,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-from alexnet_jax import baseline, ops, pmap_data, train
+from alexnet_jax import ops
 from alexnet_jax.config import validate
-from alexnet_jax.layer_shapes import traced_shapes
-from alexnet_jax.networks import Table
+from alexnet_jax.data.placement import random_batch
+from alexnet_jax.measure import baseline
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.network.table import Table
+from alexnet_jax.training import pmap, train
 
 IMPLS = ("plain", *ops.BACKENDS)
 LAYOUTS = ("split", "dp", "hybrid", "pmap", "one")
@@ -106,13 +109,13 @@ def build(system: System, config, devices: int | None = None) -> Step:
 
     forward = baseline.sharded_apply(net, setup.mesh)
   else:
-    create, forward = functools.partial(train.create_train_state, setup, config), None
-  host_batch = train.random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
+    create, forward = functools.partial(train.create_train_state, setup), None
+  host_batch = random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
   dropout_key = jax.random.key(1)
-  batch = train.put_batch(setup.mesh, host_batch)
+  batch = setup.batch_rows.put(host_batch)
   if system.layout == "pmap":
-    state, batch = pmap_data.stack(setup.mesh, create(key)), pmap_data.rows(setup.mesh, batch)
-    return Step(setup, pmap_data.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
+    state, batch = pmap.stack(setup.mesh, create(key)), pmap.rows(setup.mesh, batch)
+    return Step(setup, pmap.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
                 dropout_key)
   step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
   # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
@@ -125,13 +128,12 @@ def train_flops_per_image(table: Table, image_size: int) -> int:
   """FLOPs of one image's train step counted from the layer table: 2 × the multiply-adds of every conv and fc layer's
   forward pass, × 3 for forward, data gradient and filter gradient (conv1's data gradient, which no one computes,
   included, as MFU figures usually count it). Pools, LRN, the loss and the update are left out."""
-  params, inputs = traced_shapes(table, image_size)
-  layers = table.layers
+  shapes = layer_shapes(table, image_size)
   macs = 0
-  for i, layer in enumerate(layers):
+  for layer in table.layers:
     if layer.kind == "conv":  # every kernel weight meets every output position once
-      _, out_h, out_w, _ = inputs[layers[i + 1].name]
-      macs += math.prod(params[layer.name]["kernel"]) * out_h * out_w
+      _, out_h, out_w, _ = shapes.outputs[layer.name]
+      macs += math.prod(shapes.params[layer.name]["kernel"]) * out_h * out_w
     elif layer.kind == "fc":
-      macs += math.prod(params[layer.name]["kernel"])
+      macs += math.prod(shapes.params[layer.name]["kernel"])
   return 3 * 2 * macs

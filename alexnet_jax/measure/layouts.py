@@ -5,7 +5,7 @@ import collections
 import math
 import re
 
-from alexnet_jax import hlo, kernel_times
+from alexnet_jax.measure import hlo, kernel_times
 
 _LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9\-]*)\((.*)$")
 _ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\](?:\{([\d,]*))?")

@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from alexnet_jax import metrics  # noqa: E402
+from alexnet_jax.training import metrics  # noqa: E402
 
 
 def colour_specialisation(kernel: np.ndarray) -> np.ndarray:

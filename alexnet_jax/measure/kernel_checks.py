@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from alexnet_jax import ops
-from alexnet_jax.layer_shapes import tower_convs, tower_maps
-from alexnet_jax.networks import Table, alexnet
+from alexnet_jax.measure.kernel_shapes import tower_convs, tower_maps
+from alexnet_jax.network.table import Table, alexnet
 
 BOUNDS = {"bfloat16": 2.0 ** -8, "tf32": 5e-3, "float32": 1e-3}
 PRECISIONS = {"bfloat16": ("bfloat16", "default"), "tf32": ("float32", "default"), "float32": ("float32", "highest")}

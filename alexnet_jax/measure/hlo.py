@@ -33,13 +33,15 @@ class Collective:
     parts = set(re.split(r"[/():]", self.scope))
     return tuple(n for n in names if n in parts)
 
-  def by_layer(self, names, other: str = "input+loss") -> dict[str, int]:
+  def by_layer(self, names, outside=None) -> dict[str, int]:
     """Bytes per layer of `names`: a combined all-reduce split by the ops it combines (each operand's bytes to the
-    layer on its path), a layer's own collective whole; ops of no layer (the loss, metrics) under `other`."""
-    out = {}
+    layer on its path), a layer's own collective whole; an op of no layer to outside[part] for the first part of its
+    path that `outside` ({path part: row}) names (the step's scopes, its arguments), else to 'other'."""
+    outside, out = outside or {}, {}
     for path, size in self.parts or ((self.scope, self.bytes),):
-      found = set(re.split(r"[/():]", path))
-      layer = next((n for n in names if n in found), other)
+      found = re.split(r"[/():]", path.replace("\\", ""))
+      layer = next((n for n in names if n in found), None) or next((outside[p] for p in found if p in outside),
+                                                                    "other")
       out[layer] = out.get(layer, 0) + size
     return out
 

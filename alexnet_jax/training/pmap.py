@@ -2,9 +2,9 @@
 (`--config.parallel_api=pmap`, or the benchmark's IMPL:pmap systems).
 
 Every device holds the whole state (pmap's leading device axis) and takes its consecutive rows of the global batch;
-each computes the loss of its rows, the gradients are averaged over the pmap axis and every device applies the same
-update. The network runs all towers locally and numbers its examples by the pmap axis (model.Network's batch_axis),
-so its dropout masks are those of the global batch: a step gives the numbers of train.train_step under
+train.train_step computes the loss of its rows, averages the gradients over the pmap axis and every device applies
+the same update. The network runs all towers locally and numbers its examples by the pmap axis (Network's
+batch_axis), so its dropout masks are those of the global batch: a step gives the numbers of train.train_step under
 strategy='data' on as many devices (tests/test_strategies.py; training in two processes, tests/test_multihost.py).
 
 The devices are the setup's mesh, in its order; the state and batches move between the mesh's layout (where
@@ -16,13 +16,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import optax
-from jax import lax
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax import guard, train
-from alexnet_jax.data import device_augment
+from alexnet_jax.ops.backend import by_platform
+from alexnet_jax.training import train
 
 AXIS = "batch"
 
@@ -52,47 +50,31 @@ def unstack(mesh, stacked):
 
 
 def rows(mesh, batch: dict) -> dict:
-  """A batch spread over the mesh by rows (train.put_batch) as pmap takes it: (devices, rows per device, …)."""
+  """A batch spread over the mesh by rows (strategy 'data' places it so) as pmap takes it: (devices, rows per
+  device, …)."""
   return _per_device(mesh, lambda x: x[None], _devices_spec(mesh), _devices_spec(mesh))(batch)
 
 
 def train_step(setup: train.Setup):
-  """The pmapped step over the setup mesh's devices: (stacked state, stacked batch, key) → (stacked state, metrics
-  summed over the devices, as train.train_step gives them)."""
+  """train.train_step pmapped over the setup mesh's devices: (stacked state, stacked batch, key) → (stacked state,
+  metrics summed over the devices, as train.train_step gives them)."""
   net = setup.net.clone(tower_axis=None, batch_axis=AXIS)
 
-  def step(state, batch, key):
-    key = jax.random.fold_in(key, state.step)
+  def forward(params, images, key, training):
+    def run(backend):
+      return lambda p, x, k: net.clone(backend=backend).apply({"params": p}, x, train=training, rngs={"dropout": k})
 
-    def loss_fn(params):
-      crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
-      images = jnp.transpose(train.normalise(setup, crops, batch["shift"]), (3, 1, 2, 0))  # NHWC → CHWN
-      logits = net.apply({"params": params}, images, train=True, rngs={"dropout": key})
-      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean(), logits
+    return by_platform(net.backend, run)(params, jnp.transpose(images, (3, 1, 2, 0)), key)
 
-    (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
-    # scope, so that the compiled step's all-reduces say whose gradients they carry (comm.measured).
-    grads = {name: _named_pmean(name, g) for name, g in grads.items()}
-    updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = lax.psum(train.metrics_of(logits, batch["label"]), AXIS) | dict(learning_rate=setup.schedule(state.step))
-    metrics |= guard.step_health(state.step, metrics["loss"])
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
+  step = functools.partial(train.train_step, setup=setup, forward=forward, pmap_axis=AXIS)
   # The metrics are the same on every device (summed, or of the same step): one copy comes back, not one per device.
   return jax.pmap(step, axis_name=AXIS, in_axes=(0, 0, None), out_axes=(0, None),
                   devices=list(setup.mesh.devices.flat), donate_argnums=0)
 
 
-def _named_pmean(name: str, tree):
-  with jax.named_scope(name):
-    return lax.pmean(tree, AXIS)
-
-
 def stepping(setup: train.Setup) -> train.Stepping:
-  """The training loop's step with pmap (train.stepping): batches by rows stacked on the way in, the state stacked
-  on entry and unstacked to be saved, evaluated or drawn."""
+  """The training loop's step with pmap: batches by rows stacked on the way in, the state stacked on entry and
+  unstacked to be saved, evaluated or drawn."""
   pmapped, mesh = train_step(setup), setup.mesh
   return train.Stepping(lambda state, batch, key: pmapped(state, rows(mesh, batch), key),
-                        functools.partial(stack, mesh), functools.partial(unstack, mesh))
+                           functools.partial(stack, mesh), functools.partial(unstack, mesh))

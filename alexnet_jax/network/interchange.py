@@ -10,8 +10,8 @@ are laid out, so every split='out' layer converts the same way whatever its `inp
 import jax.numpy as jnp
 import numpy as np
 
-from alexnet_jax.layer_shapes import traced_shapes
-from alexnet_jax.networks import Layer, Table
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.network.table import Layer, Table
 
 
 def _kernel_to_torch(kernel: np.ndarray, layer: Layer) -> np.ndarray:
@@ -41,11 +41,9 @@ def _torch_shapes(table: Table, shapes) -> dict[str, tuple[int, ...]]:
 
 
 def param_shapes(table: Table, image_size: int | tuple[int, int] = 224):
-  """The flax parameter shapes {layer: {'kernel': shape, 'bias': shape}} of `Network(table)` at this input.
-
-  Traced, not computed here, so they cannot drift from the model; the input size fixes the first fc layer's fan-in.
-  """
-  return traced_shapes(table, image_size)[0]
+  """The flax parameter shapes {layer: {'kernel': shape, 'bias': shape}} of `Network(table)` at this input (the
+  input size fixes the first fc layer's fan-in)."""
+  return layer_shapes(table, image_size).params
 
 
 def torch_shapes(table: Table, image_size: int | tuple[int, int] = 224):

@@ -25,9 +25,10 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.interchange import to_torch
-from alexnet_jax.layer_shapes import traced_shapes
-from alexnet_jax.networks import Layer, Table, initial_weights
+from alexnet_jax.network import placement
+from alexnet_jax.network.interchange import to_torch
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.network.table import Layer, Table, initial_weights
 
 
 class PlainNetwork(nn.Module):
@@ -36,38 +37,38 @@ class PlainNetwork(nn.Module):
   table: Table
   dtype: Any = jnp.float32
   tower_axis: str | None = None  # mesh axis the towers are spread over (inside shard_map); None: all towers here
-  weight_init: str = "paper"  # as Network's (networks.initial_weights)
+  weight_init: str = "paper"  # as Network's (table.initial_weights)
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
     towers = self.table.towers
-    local = towers // lax.axis_size(self.tower_axis) if self.tower_axis else towers
+    plan = placement.plan(self.table, model=lax.axis_size(self.tower_axis) if self.tower_axis else 1)
     x = x.astype(self.dtype)
-    in_blocks = self.table.tower_blocks()
-    for layer, blocks in zip(self.table.layers, in_blocks):
+    for p in plan.layers:
+      layer = p.layer
+      if p.split_batch or p.weights == placement.SLICES or set(p.read) - {placement.GATHER}:
+        raise ValueError(f"layer {layer.name}: the plain network places layers on towers or data only")
       with jax.named_scope(layer.name):
-        reads_all = layer.kind == "conv" and layer.inputs == "all" or layer.kind == "fc" and layer.split == "out"
-        if blocks and reads_all:
-          x, blocks = self._gather(x), False
+        if p.read:  # every tower's maps or features, gathered over the devices
+          x = lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True)
         if layer.kind == "conv":
-          groups = local if blocks else 1
-          kernel, bias = self._weights(layer, (layer.size, layer.size, x.shape[-1] // groups,
-                                               layer.filters // towers * local))
-          p = layer.padding
-          x = lax.conv_general_dilated(x, kernel, (layer.stride, layer.stride), ((p, p), (p, p)),
-                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)
+          kernel, bias = self._weights(layer, (layer.size, layer.size, x.shape[-1] // p.blocks,
+                                               layer.filters // towers * p.towers))
+          pad = layer.padding
+          x = lax.conv_general_dilated(x, kernel, (layer.stride, layer.stride), ((pad, pad), (pad, pad)),
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=p.blocks)
           x = _relu(x + bias, layer.relu)
         elif layer.kind == "fc" and layer.split == "sum":  # own tower's features by own rows, summed over towers
           x = x.reshape(x.shape[0], -1)
           kernel, bias = self._weights(layer, (x.shape[-1], layer.filters))
           x = jnp.dot(x, kernel, preferred_element_type=jnp.float32)
-          x = _relu((lax.psum(x, self.tower_axis) if self.tower_axis else x) + bias, layer.relu)
+          x = _relu((lax.psum(x, self.tower_axis) if p.reduce else x) + bias, layer.relu)
         elif layer.kind == "fc":
           x = x.reshape(x.shape[0], -1)
-          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters // towers * local))
+          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters // towers * p.towers))
           x = _relu(jnp.dot(x, kernel) + bias, layer.relu)
         elif layer.kind == "lrn":
-          x = lrn(x, layer, groups=local if blocks else 1)
+          x = lrn(x, layer, groups=p.blocks)
         elif layer.kind == "pool":
           x = lax.reduce_window(x, -jnp.inf, lax.max, (1, layer.size, layer.size, 1),
                                 (1, layer.stride, layer.stride, 1), "VALID")
@@ -75,12 +76,9 @@ class PlainNetwork(nn.Module):
           key = self.make_rng("dropout")
           key = jax.random.fold_in(key, lax.axis_index(self.tower_axis)) if self.tower_axis else key
           x = jnp.where(jax.random.bernoulli(key, 1.0 - layer.rate, x.shape), x / (1.0 - layer.rate), 0)
-    if in_blocks[-1] and self.tower_axis:  # the last layer split its outputs over towers: every device needs all
+    if plan.gather_output:  # the last layer split its outputs over towers: every device needs all
       x = lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True, to="invarying")
     return x.astype(jnp.float32)
-
-  def _gather(self, x):
-    return lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True) if self.tower_axis else x
 
   def _weights(self, layer: Layer, shape: tuple[int, ...]):
     kernel, bias = Weights(layer, shape, self.weight_init, name=layer.name)()
@@ -115,17 +113,17 @@ def lrn(x, layer: Layer, groups: int = 1):
   return x * (layer.k + alpha * sums) ** -layer.beta
 
 
-def param_specs(table: Table, params, tower_axis: str | None = "model"):
-  """The towers' block axis of every weight over `tower_axis` (None: every weight whole): the output axis, the
-  input axis of a split='sum' kernel; a split='sum' bias is replicated."""
-  summed = {layer.name for layer in table.layers if layer.split == "sum"}
+def param_specs(plan: placement.Plan, params, tower_axis: str | None = "model"):
+  """Each weight as the plan places it over `tower_axis` (None: every weight whole): one split over the towers on
+  its output axis, or a split='sum' kernel on its input axis; a split='sum' bias, and a whole weight, replicated."""
 
   def spec(path, leaf):
-    layer, kind = (k.key for k in path[-2:])
-    if tower_axis is None:
+    name, kind = (k.key for k in path[-2:])
+    p = plan[name]
+    if tower_axis is None or not p.split_weights[kind]:
       return P()
-    if layer in summed:
-      return P(tower_axis, None) if kind == "kernel" else P()
+    if p.layer.split == "sum":
+      return P(tower_axis, None)
     return P(*(None,) * (len(leaf.shape) - 1), tower_axis)
 
   return jax.tree_util.tree_map_with_path(spec, params)
@@ -134,8 +132,7 @@ def param_specs(table: Table, params, tower_axis: str | None = "model"):
 def sharded_apply(net: PlainNetwork, mesh):
   """apply(params, images_nhwc, dropout_key, train) → logits (N, classes), the towers over the mesh axis 'model' and
   the batch over 'data' under shard_map (axes of one device are left out); on one device, just the network."""
-  if net.table.towers % mesh.shape["model"]:
-    raise ValueError(f"{net.table.towers} towers cannot be spread evenly over a model axis of {mesh.shape['model']}")
+  plan = placement.plan(net.table, model=mesh.shape["model"], data=mesh.shape["data"])
   manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1}
   batch = "data" if "data" in manual else None
   node = net.clone(tower_axis="model" if "model" in manual else None)
@@ -148,7 +145,7 @@ def sharded_apply(net: PlainNetwork, mesh):
   def run(params, images, key, train=False):
     if not manual:
       return apply(params, images, key, train)
-    specs = param_specs(net.table, params, node.tower_axis)
+    specs = param_specs(plan, params, node.tower_axis)
     fn = jax.shard_map(functools.partial(apply, train=train), mesh=mesh, axis_names=manual,
                        in_specs=(specs, P(batch), P()), out_specs=P(batch))
     return fn(params, images, key)
@@ -161,7 +158,8 @@ def init_params(net: PlainNetwork, key, image_size: int):
 
 
 def param_shardings(mesh, table: Table, params):
-  return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(table, params))
+  plan = placement.plan(table, model=mesh.shape["model"], data=mesh.shape["data"])
+  return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(plan, params))
 
 
 def from_ours(params, table: Table, image_size: int = 224) -> dict:
@@ -169,7 +167,7 @@ def from_ours(params, table: Table, image_size: int = 224) -> dict:
   (interchange.py), conv kernels OIHW → HWIO, fc kernels transposed, and the first fc's rows from (C, H, W) order to
   NHWC's (H, W, C)."""
   torch = to_torch(params, table)
-  _, inputs = traced_shapes(table, image_size)
+  inputs = layer_shapes(table, image_size).inputs
   out = {}
   for layer in table.weighted():
     w = torch[f"{layer.name}.weight"]

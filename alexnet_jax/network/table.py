@@ -13,8 +13,9 @@ per-layer cfg): 'tower' spreads its towers over 'model' and the batch over 'data
 weight whole on every device and splits the batch over all of them (data parallelism); 'model' (fc layers and their
 dropout) splits each weight matrix over 'model' by output features, or by input rows for a split='sum' layer, and
 the batch over 'data' (the fc half of Krizhevsky's "one weird trick", 2014). 'data' layers come first: where the
-first other layer starts, the batch is gathered over 'model'. `with_strategy` places a whole table by a named
-strategy: tower, data, or hybrid (convolutions 'data', fc layers 'model').
+first other layer starts, the batch is gathered over 'model'. `with_places` places layers one by one, `with_strategy`
+a whole table by a named strategy: tower, data, or hybrid (convolutions 'data', fc layers 'model'); what each
+placement moves between devices is decided in placement.py.
 
 A new network is a new table: a builder registered under a name with `@register("name")`, here or in the config file
 that sets `config.network` to that name. Here are the paper's AlexNet and what came after it on the same layers:
@@ -121,12 +122,31 @@ class Table:
       in_blocks.append(layer.split == "out" if layer.kind in WEIGHTED else in_blocks[-1])
     return tuple(in_blocks)
 
+  @property
+  def names(self) -> tuple[str, ...]:
+    return tuple(layer.name for layer in self.layers)
+
   def weighted(self) -> tuple[Layer, ...]:
     return tuple(layer for layer in self.layers if layer.kind in WEIGHTED)
 
   def placed(self, place: str) -> bool:
     """Whether any layer is placed `place`."""
     return any(layer.place == place for layer in self.layers)
+
+
+def with_places(table: Table, places: dict[str, str]) -> Table:
+  """The table with each layer named in `places` ({layer name: place}) placed there; a layer without weights that it
+  does not name works where the layer before it does, and a weighted layer it does not name keeps its place."""
+  unknown = sorted(set(places) - {layer.name for layer in table.layers})
+  if unknown:
+    raise ValueError(f"no layer {', '.join(unknown)} in the table; its layers are "
+                     f"{', '.join(layer.name for layer in table.layers)}")
+  layers = []
+  for layer in table.layers:
+    follows = layer.kind not in WEIGHTED and layers
+    place = places.get(layer.name, layers[-1].place if follows else layer.place)
+    layers.append(dataclasses.replace(layer, place=place))
+  return Table(tuple(layers), table.towers)
 
 
 def with_strategy(table: Table, strategy: str) -> Table:
@@ -138,7 +158,7 @@ def with_strategy(table: Table, strategy: str) -> Table:
   first_fc = [layer.kind for layer in table.layers].index("fc")
   place = {"tower": lambda i: "tower", "data": lambda i: "data",
            "hybrid": lambda i: "data" if i < first_fc else "model"}[strategy]
-  return Table(tuple(dataclasses.replace(layer, place=place(i)) for i, layer in enumerate(table.layers)), table.towers)
+  return with_places(table, {layer.name: place(i) for i, layer in enumerate(table.layers)})
 
 
 _BUILDERS: dict[str, Callable[..., Table]] = {}
@@ -167,10 +187,10 @@ def names() -> tuple[str, ...]:
 def get_network(name: str, **kwargs) -> Table:
   if name not in _BUILDERS:
     raise ValueError(f"unknown network {name!r}; choose one of {', '.join(names())}, or register it in the config "
-                     "file (networks.register)")
+                     "file (alexnet_jax.network.register)")
   table = _BUILDERS[name](**kwargs)
   if not isinstance(table, Table):
-    raise ValueError(f"network {name!r}: its builder returned {type(table).__name__}, not a networks.Table")
+    raise ValueError(f"network {name!r}: its builder returned {type(table).__name__}, not an alexnet_jax.network.Table")
   return table
 
 

@@ -45,6 +45,9 @@ def initialize(config) -> None:
     if config.cpu_devices % processes:
       raise ValueError(f"config.cpu_devices={config.cpu_devices} does not split over {processes} processes")
     jax.config.update("jax_num_cpu_devices", config.cpu_devices // processes)
+  # Its SIGTERM handler would take the signal from ours, which make every process stop after the same step
+  # (guard.Signals).
+  jax.config.update("jax_enable_preemption_service", False)
   jax.distributed.initialize(**args)
 
 

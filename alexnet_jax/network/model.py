@@ -1,0 +1,232 @@
+"""The network of a layer table as a flax module, executing its placement plan (placement.py) on one device's share.
+
+Every weight carries a leading tower axis: conv kernels are (towers, C_in, KH, KW, F/towers), fc kernels
+(towers, F_in, F_out/towers), biases (towers, F/towers) (shapes.py). Under `jax.shard_map` that axis is split over
+the mesh axis `tower_axis`, so each device holds and computes its own towers; with `tower_axis=None` one device
+holds them all and runs them as grouped convolutions. Both run the same code on the same parameters, and give the
+same numbers. Under 'model' placement an fc kernel keeps its global shape and is split on its output axis
+(split='sum': its input rows), so parameters are the same arrays whatever the strategy.
+
+Activations are batch-last: CHWN in the conv stack, (features, N) after it; a tower-split activation holds the
+local towers' channels one block after another. The plan says, layer by layer, what is read across devices and
+what is summed; nothing else moves.
+"""
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from alexnet_jax import ops
+from alexnet_jax.network import placement
+from alexnet_jax.network.placement import GATHER, GATHER_SLICES, OWN_SLICES, OWN_TOWERS, SLICES, TOWERS, LayerPlan
+from alexnet_jax.network.table import Layer, Table, initial_weights
+
+
+def _fan_in(shape, split: str) -> int:
+  if len(shape) == 5:  # conv (towers, C_in, KH, KW, F)
+    return shape[1] * shape[2] * shape[3]
+  return shape[0] * shape[1] if split == "sum" else shape[1]
+
+
+class TowerWeights(nn.Module):
+  """Kernel and bias of one layer; the bias of a split='sum' layer has no tower axis."""
+
+  layer: Layer
+  kernel_shape: tuple[int, ...]
+  weight_init: str
+
+  @nn.compact
+  def __call__(self):
+    split = self.layer.split
+    std, bias_init = initial_weights(self.layer, _fan_in(self.kernel_shape, split), self.weight_init)
+    kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.kernel_shape)
+    bias_shape = (self.kernel_shape[-1],) if split == "sum" else (self.kernel_shape[0], self.kernel_shape[-1])
+    bias = self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), bias_shape)
+    return kernel, bias.reshape(-1)
+
+
+class Network(nn.Module):
+  """Applies a layer table to CHWN images (3, H, W, N) and returns logits (N, classes) in float32.
+
+  With `tower_axis` naming a manual mesh axis, each layer runs where the table's placement puts it on that axis
+  (placement.plan for the axis's size); without one, every tower runs here.
+  """
+
+  table: Table
+  # mesh axis of the towers, fc slices and the second batch split of 'data' layers; None: every tower on this device
+  tower_axis: str | None = None
+  batch_axis: str | None = None  # mesh (or pmap) axis the batch is split over in every layer; None: not split
+  dtype: Any = jnp.float32  # compute dtype; parameters stay float32
+  # table.initial_weights: 'paper' N(0, 0.01) and the table's biases; 'he' He's scale, which trains small nets faster
+  weight_init: str = "paper"
+  backend: str = "auto"  # the ops' backend (ops.BACKENDS); sharding.sharded_apply resolves 'auto' network-wide
+
+  def _slices(self) -> int:
+    """Devices on the tower axis (1 without one)."""
+    return lax.axis_size(self.tower_axis) if self.tower_axis else 1
+
+  @nn.compact
+  def __call__(self, x, *, train: bool = False):
+    plan = placement.plan(self.table, model=self._slices())
+    activations = {}
+    x = x.astype(self.dtype)
+    relu_pending = False  # a conv left its ReLU to the LRN after it
+    for i, p in enumerate(plan.layers):
+      layer = p.layer
+      with jax.named_scope(layer.name):
+        if p.gather_batch:  # 'data' layers end: every device needs its data shard's batch
+          x = self._gather(x, axis=x.ndim - 1)
+        x = self._read(x, p.read)
+        if layer.kind == "conv":
+          # Before an LRN the ReLU goes into the LRN's kernels, whose backward then masks the gradient as it writes
+          # it: the conv's backward needs no pass of its own over its output for that (ops.lrn).
+          following = plan.layers[i + 1].layer.kind if i + 1 < len(plan.layers) else None
+          relu_pending = layer.relu and following == "lrn"
+          x = self._conv(p, x, relu=layer.relu and not relu_pending)
+        elif layer.kind == "fc" and layer.split == "sum":
+          x = self._fc_sum(p, x)
+        elif layer.kind == "fc":
+          x = self._fc(p, x)
+        elif layer.kind == "lrn":
+          x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
+                      alpha_over_n=layer.alpha_over_n, groups=p.blocks, relu=relu_pending, backend=self.backend)
+          relu_pending = False
+        elif layer.kind == "pool":
+          x = ops.max_pool(x, size=layer.size, stride=layer.stride, backend=self.backend)
+        elif layer.kind == "dropout" and train:
+          x = self._dropout(p, x)
+      activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs
+    self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
+    # The last layer split its outputs: every device needs all logits.
+    x = self._read(x, placement.gather_reads(plan.layers[-1].output), to="invarying")
+    return x.astype(jnp.float32).T
+
+  def _gather(self, x, axis=0, to="varying"):
+    """Every device's part of x along `axis` over the tower axis, in device order."""
+    if x.dtype == jnp.bfloat16 and to == "varying":
+      return _gather_bf16(x, self.tower_axis, axis)
+    return lax.all_gather(x, self.tower_axis, axis=axis, tiled=True, to=to)
+
+  def _read(self, x, read: tuple[str, ...], to="varying"):
+    """x as the plan's reads leave it: gathered whole over the tower axis, or this device's part cut out."""
+    for step in read:
+      if step in (GATHER, GATHER_SLICES):
+        x = self._gather(x, to=to)
+        if step == GATHER_SLICES:  # device-major slices of each tower → tower-major
+          t, k = self.table.towers, self._slices()
+          x = jnp.swapaxes(x.reshape(k, t, -1, *x.shape[1:]), 0, 1).reshape(x.shape)
+      elif step in (OWN_TOWERS, OWN_SLICES):
+        x = self._own(x if step == OWN_TOWERS else _flat(x), per_tower=step == OWN_SLICES)
+    return x
+
+  def _own(self, x, per_tower: bool):
+    """This device's part of local tower-blocked x: its towers' blocks (per_tower False) or its slice of each
+    tower's block (True). No traffic."""
+    t, k, i = self.table.towers, self._slices(), lax.axis_index(self.tower_axis)
+    blocks = x.reshape(t, -1, *x.shape[1:])
+    if per_tower:
+      part = blocks.shape[1] // k
+      return lax.dynamic_slice_in_dim(blocks, i * part, part, axis=1).reshape(-1, *x.shape[1:])
+    return lax.dynamic_slice_in_dim(blocks, i * (t // k), t // k, axis=0).reshape(-1, *x.shape[1:])
+
+  def _weights(self, layer: Layer, kernel_shape: tuple[int, ...]):
+    return TowerWeights(layer, kernel_shape, self.weight_init, name=layer.name)()
+
+  def _conv(self, p: LayerPlan, x, relu: bool):
+    """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
+    its own block."""
+    layer = p.layer
+    out = layer.filters // self.table.towers
+    kernel, bias = self._weights(layer, (p.towers, x.shape[0] // p.blocks, layer.size, layer.size, out))
+    return ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=p.blocks,
+                      relu=relu, backend=self.backend)
+
+  def _fc(self, p: LayerPlan, x):
+    """Every tower reads the same inputs; a layer on slices computes this device's slice of every tower's
+    outputs."""
+    layer, x = p.layer, _flat(x)
+    out = layer.filters // self.table.towers // (self._slices() if p.weights == SLICES else 1)
+    kernel, bias = self._weights(layer, (p.towers, x.shape[0], out))
+    # One GEMM per tower, the outputs stacked: the towers' weights side by side as one matrix would be a transposed
+    # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, 0.05 ms at batch 512, and again in
+    # the backward pass), where the outputs are a few MB.
+    return jnp.concatenate([ops.dense(x, k, b, relu=layer.relu, backend=self.backend)
+                            for k, b in zip(kernel, bias.reshape(kernel.shape[0], -1))])
+
+  def _fc_sum(self, p: LayerPlan, x):
+    """Each tower multiplies its own block by its own rows (on slices: this device's slice of every tower's block
+    by those rows); the partial outputs are summed across devices."""
+    layer, x = p.layer, _flat(x)
+    c_in = x.shape[0] // p.towers  # sharding.sharded_apply checks the split
+    kernel, bias = self._weights(layer, (p.towers, c_in, layer.filters))
+    # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
+    y = ops.dense(x, kernel.reshape(p.towers * c_in, layer.filters), out_dtype=jnp.float32, backend=self.backend)
+    if p.reduce:
+      y = lax.psum(y, self.tower_axis)
+    y = y + bias.astype(y.dtype)[:, None]
+    return jax.nn.relu(y) if layer.relu else y
+
+  def _dropout(self, p: LayerPlan, x):
+    """One mask per tower over its units and the global batch, keyed by the global tower index, of which each
+    device applies its units and rows: every placement drops the same units of the same examples."""
+    rate = p.layer.rate
+    if rate == 0.0:
+      return x
+    key = self.make_rng("dropout")
+    k, towers = self._slices(), p.blocks
+    first = lax.axis_index(self.tower_axis) * towers if p.input == TOWERS else 0
+    units = x.shape[0] // towers
+    unit0 = lax.axis_index(self.tower_axis) * units if p.input == SLICES else 0
+    row0, rows = self._rows(x.shape[-1], p.split_batch)
+    full = (units * (k if p.input == SLICES else 1), *x.shape[1:-1], rows)
+
+    def drop(block, t):
+      keep = jax.random.bernoulli(jax.random.fold_in(key, first + t), 1.0 - rate, full)
+      keep = lax.dynamic_slice(keep, (unit0, *(0,) * (x.ndim - 2), row0), block.shape)
+      return jnp.where(keep, block / (1.0 - rate), jnp.zeros_like(block))
+
+    return jax.vmap(drop)(x.reshape(towers, units, *x.shape[1:]), jnp.arange(towers)).reshape(x.shape)
+
+  def _rows(self, n: int, split_batch: bool):
+    """(first row, rows) of the global batch: where this device's n examples lie in it."""
+    index, count = 0, 1
+    for axis in (self.batch_axis, self.tower_axis if split_batch else None):
+      if axis:
+        index, count = index * lax.axis_size(axis) + lax.axis_index(axis), count * lax.axis_size(axis)
+    return index * n, count * n
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _gather_bf16(x, axis_name: str, axis: int):
+  """A bfloat16 all-gather whose gradient, the reduce-scatter, runs in float32 on CPU: XLA:CPU (jaxlib 0.11.2)
+  aborts compiling a bf16 reduce-scatter. Chosen per lowering platform, so that a program exported for GPU or TPU
+  from a CPU host keeps bf16. (Around the whole gather, platform_dependent leaves a conditional in the compiled
+  backward pass: its transposed branch index is a forward residual, which XLA does not fold away.)"""
+  return lax.all_gather(x, axis_name, axis=axis, tiled=True, to="varying")
+
+
+def _gather_bf16_fwd(x, axis_name, axis):
+  return _gather_bf16(x, axis_name, axis), None
+
+
+def _gather_bf16_bwd(axis_name, axis, _, cotangent):
+  scatter = lambda c: lax.psum_scatter(c, axis_name, scatter_dimension=axis, tiled=True)  # noqa: E731
+  return (lax.platform_dependent(cotangent, cpu=lambda c: scatter(c.astype(jnp.float32)).astype(c.dtype),
+                                 default=scatter),)
+
+
+_gather_bf16.defvjp(_gather_bf16_fwd, _gather_bf16_bwd)
+
+
+def _flat(x):
+  """CHWN → (C·H·W, N): the (C, H, W) order of Caffe and PyTorch; tower blocks stay contiguous."""
+  return x.reshape(-1, x.shape[-1]) if x.ndim == 4 else x
+
+
+def _side_by_side(kernel):
+  """(towers, …, F) → (…, towers·F): the towers' filters as one weight whose output block t is tower t's."""
+  return jnp.moveaxis(kernel, 0, -2).reshape(*kernel.shape[1:-1], kernel.shape[0] * kernel.shape[-1])

@@ -1,0 +1,174 @@
+"""What stops a training run early, and how: divergence (a non-finite loss or state) and the signals of a
+preemption (SIGTERM), of Ctrl-C (SIGINT) or of a closed terminal (SIGHUP).
+
+Divergence is seen without a host sync per step: each step's metrics carry `nonfinite_from` (the step number if its
+loss was not finite), which the metrics window keeps the minimum of and the loop reads at log time; before each
+save the whole state is checked, so a non-finite state is never written, and `checkpoints_to_keep` can only rotate
+finite checkpoints away. A signal is turned into a request that the loop reads after each step: it saves, closes
+its writers and raises Interrupted; a second signal ends the process at once.
+"""
+
+import os
+import signal
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+NEVER = np.iinfo(np.int32).max  # `nonfinite_from` of a window whose every loss was finite
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C, a closed terminal or session
+
+
+class Diverged(ValueError):
+  """The loss or the state stopped being finite: training stopped without saving the non-finite state. `what`
+  says which: 'a non-finite loss' or 'a non-finite state'."""
+
+  def __init__(self, step: int, what: str, last_checkpoint: int | None, directory: str):
+    where = (f"the last finite checkpoint is step {last_checkpoint} in {directory}: rerun with a lower "
+             "config.learning_rate to resume from it" if last_checkpoint is not None else
+             f"and no checkpoint in {directory}: rerun with a lower config.learning_rate")
+    super().__init__(f"training diverged: {what} at step {step}; stopped without saving, {where}")
+    self.step, self.last_checkpoint = step, last_checkpoint
+
+
+class Interrupted(Exception):
+  """A signal stopped training after a step, with a checkpoint of that step saved."""
+
+  def __init__(self, signum: int, step: int, directory: str):
+    super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}, saved in {directory}; "
+                     "rerun the same command to resume")
+    self.signum, self.step = signum, step
+
+  @property
+  def exit_status(self) -> int:
+    return 128 + self.signum  # the shell's convention for a process ended by a signal
+
+
+def step_health(step: jax.Array, loss: jax.Array) -> dict:
+  """A train step's metric for the guard: `nonfinite_from`, the step's number (counted from 1) if its loss is not
+  finite, else NEVER. The loss is already summed over the mesh, so this costs no collective; a non-finite gradient
+  shows up as a non-finite loss one step later, and in the state check before every save."""
+  return dict(nonfinite_from=jnp.where(jnp.isfinite(loss), NEVER, step + 1).astype(jnp.int32))
+
+
+def accumulate(sums: dict | None, metrics: dict) -> dict:
+  """The metrics window with one more step: sums, and the first non-finite step."""
+  if sums is None:
+    return metrics
+  return {k: jnp.minimum(v, metrics[k]) if k == "nonfinite_from" else v + metrics[k] for k, v in sums.items()}
+
+
+def first_nonfinite(window: dict | None) -> int | None:
+  """The first step of a window (fetched to the host) whose loss was not finite, or None."""
+  if window is None or int(window["nonfinite_from"]) == NEVER:
+    return None
+  return int(window["nonfinite_from"])
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else jnp.array(True)
+
+
+def all_finite(tree) -> bool:
+  """Whether every floating-point number of a pytree (a train state) is finite."""
+  return bool(_all_finite(tree))
+
+
+class Signals:
+  """`with Signals() as signals:` a SIGTERM, SIGINT or SIGHUP asks training to stop after a step: `signals.check(step)`,
+  called after every step, returns the signal once it is time to stop, with the same step on every process of the
+  run; a second signal ends the process at once. Outside the main thread (where Python cannot catch signals) it
+  catches none.
+
+  A signal may reach one process of several (a node's SIGTERM, a Ctrl-C in one terminal): a watcher thread in each
+  process posts its own signal to the run's key-value store, and, once any has posted one, every watcher publishes
+  the last step its loop checked, waits for the others' and takes the largest + 1 as the step to stop after. The
+  watchers agree off the training threads, which may be blocked in a collective that waits for another process's
+  next step; `check` costs a lock per step. (JAX's own preemption sync point installs a SIGTERM handler that
+  Python's replaces, counts steps from the start of the process, so that a resumed run never reaches it, and knows
+  no SIGINT or SIGHUP: distributed.initialize turns it off.)
+  """
+
+  POLL_S = 0.1  # how often a watcher asks the store whether a process was signalled
+  TIMEOUT_S = 300  # how long the watchers wait for every process to publish its step
+
+  def __init__(self):
+    self.local = None  # the signal this process received
+    self.signum, self.stop_after = None, None  # the run's signal and the step after which every process stops
+    self.last, self.error = -1, None  # the last step checked; a failure of the watcher, raised by check
+    self._lock, self._done = threading.Lock(), threading.Event()
+    self._previous = {}
+    self._client = _distributed_client()
+    if self._client is not None:
+      global _agreements
+      _agreements += 1  # the same count on every process: each agreement has keys of its own
+      self._keys = f"alexnet_jax/stop/{_agreements}/"
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+      if self._client is not None:
+        threading.Thread(target=self._watch, name="stop-agreement", daemon=True).start()
+    return self
+
+  def __exit__(self, *exc):
+    self._done.set()
+    for s, handler in self._previous.items():
+      signal.signal(s, handler)
+
+  def _handle(self, signum, frame):
+    if self.local is not None:
+      os.write(2, f"\n{signal.Signals(signum).name} again: stopping at once\n".encode())
+      signal.signal(signum, signal.SIG_DFL)
+      os.kill(os.getpid(), signum)
+      return
+    self.local = signum
+    # os.write, not print: the handler may run in the middle of a print to stderr (the progress bar's).
+    os.write(2, f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint (send it "
+                "again to stop at once)\n".encode())
+
+  def _watch(self):
+    client, pid = self._client, jax.process_index()
+    try:
+      posted = False
+      while not self._done.wait(self.POLL_S):
+        if self.local is not None and not posted:
+          client.key_value_set(self._keys + "signal", str(self.local), allow_overwrite=True)
+          posted = True
+        try:
+          signum = int(client.key_value_try_get(self._keys + "signal"))
+        except Exception:  # noqa: BLE001  (not found: no process was signalled yet)
+          continue
+        with self._lock:  # this process's loop stays at its step while the processes agree
+          client.key_value_set(f"{self._keys}step/{pid}", str(self.last), allow_overwrite=True)
+          client.wait_at_barrier(self._keys + "steps", self.TIMEOUT_S * 1000)
+          steps = [int(v) for _, v in client.key_value_dir_get(self._keys + "step/")]
+          self.stop_after, self.signum = max(steps) + 1, signum
+        return
+    except Exception as e:  # noqa: BLE001  (a process gone, or the service: check raises it in the loop)
+      self.error = e
+
+  def check(self, step: int) -> int | None:
+    """After the loop's step `step` (counted from 1, every step, on every process): the signal to stop with once
+    this is the agreed step, else None."""
+    if self._client is None:
+      return self.local
+    with self._lock:
+      if self.error is not None:
+        raise RuntimeError(f"the run's processes could not agree on a step to stop at: {self.error}")
+      self.last = step
+      return self.signum if self.stop_after is not None and step >= self.stop_after else None
+
+
+_agreements = 0  # Signals made in this process while it belongs to a run of several
+
+
+def _distributed_client():
+  """The client of the run's key-value store (jax.distributed), or None for a run of one process. JAX exports no
+  name for it; orbax reads it from the same place."""
+  from jax._src import distributed  # noqa: PLC0415
+
+  return distributed.global_state.client if jax.process_count() > 1 else None

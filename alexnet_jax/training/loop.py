@@ -1,0 +1,200 @@
+"""The training loop, in the shape of flax's imagenet example: train_and_evaluate runs train.train_step with
+evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of the same command resumes from.
+"""
+
+import functools
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import tqdm
+from jax.experimental import multihost_utils
+
+from alexnet_jax.config import validate
+from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
+from alexnet_jax.data.feed import Feed
+from alexnet_jax.data.placement import DevicePut, HostPut
+from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, workdirs
+from alexnet_jax.training.metrics import MetricWriter
+from alexnet_jax.training.train import Setup, Stepping, TrainState, create_train_state, dataset_setup, eval_step, jitted
+
+
+def stepping(config, setup: Setup) -> Stepping:
+  """train_step jitted, or under config.parallel_api='pmap' pmap's data parallelism (pmap.py), which holds a
+  replica of the state per device."""
+  return pmap.stepping(setup) if config.parallel_api == "pmap" else jitted(setup)
+
+
+def putter(config, setup: Setup, dataset):
+  """What puts the feed's host batches on the devices: the host's images, or, where the devices decode
+  (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding processes."""
+  if dataset.decoder != "gpu":
+    return HostPut(setup.batch_rows, dataset.size, setup.image_size)
+  return DevicePut(setup.batch_rows, dataset.size, setup.image_size, config.batch_size, dataset.train,
+                   config.dataset.gpu_backends)
+
+
+def summarise(sums: dict) -> dict:
+  """Per-example means from summed metrics: loss, top-1 and top-5 accuracy."""
+  n = max(float(sums["count"]), 1.0)
+  return {k: float(sums[k]) / n for k in ("loss", "top1", "top5")}
+
+
+def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
+  """Metrics over the evaluation split, its batches placed as `rows` (data.placement.Rows) say; p_eval_step is
+  eval_step jitted with `crops` static."""
+  total = None
+  for batch in eval_batches(dataset, config.eval_batch_size, rows.process_rows(config.eval_batch_size)):
+    m = p_eval_step(state, rows.put(batch), crops=crops)
+    total = m if total is None else jax.tree.map(jnp.add, total, m)
+  total = jax.device_get(total)
+  return summarise(total) | dict(count=int(total["count"]))
+
+
+def restore_newest(config, workdir: str):
+  """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
+  config = validate(config)
+  manager = checkpoints.existing(workdir, config)
+  dataset = get_dataset(config)
+  setup = dataset_setup(config, dataset)
+  if manager.latest_step() is None:
+    raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
+  state, _ = checkpoints.restore(manager, create_train_state(setup, jax.random.key(config.seed)))
+  return setup, dataset, state
+
+
+def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
+  """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
+  setup, dataset, state = restore_newest(config, workdir)
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
+  return int(state.step), {c: evaluate(state, dataset, config, p_eval_step, setup.batch_rows, c) for c in crops}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir` that restores; returns the final
+  eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM, SIGINT or SIGHUP stop it after a step,
+  the same on every process, with that step saved (guard.Interrupted); a non-finite loss or state stops it without
+  saving (guard.Diverged)."""
+  config = validate(config)
+  with workdirs.claim(workdir, lock=jax.process_index() == 0), guard.Signals() as signals:
+    return _train_and_evaluate(config, workdir, signals)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals: guard.Signals) -> dict:
+  dataset = get_dataset(config)
+  setup = dataset_setup(config, dataset)
+  key = jax.random.key(config.seed)
+  state = create_train_state(setup, key)
+  manager = checkpoints.manager(workdir, config)
+  state, position = checkpoints.restore(manager, state, set_aside=True)
+  start = int(state.step)
+  if position is not None:
+    check_position(position, data_position(config, dataset, start))
+  writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
+  if writer and start == 0:
+    writer.write_config(config)
+  steps = stepping(config, setup)
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
+  print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
+        f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
+        f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
+  state = steps.enter(state)
+
+  batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size))
+  batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
+  eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
+  diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
+  bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
+                  disable=not distributed.is_writer())
+  for step in range(start, setup.total_steps):
+    batch, skipped_here = next(batches_on_device)
+    skipped += skipped_here
+    state, m = steps.step(state, batch, key)
+    del batch  # on CPU it can be a view of a worker's shared memory, which Grain releases when it is let go
+    lr = m.pop("learning_rate")
+    sums = guard.accumulate(sums, m)
+    done = step + 1
+    signalled = signals.check(done)  # the same step on every process
+    if done % config.log_every_steps == 0 or done == setup.total_steps:
+      window = jax.device_get(sums)
+      train = summarise(window)
+      train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
+                    skipped_images=skipped)
+      if writer:
+        writer.write("train", done, train)
+      bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
+      sums, t0, logged = None, time.time(), done
+      if (bad := guard.first_nonfinite(window)) is not None:
+        diverged = bad, "a non-finite loss"
+    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not (diverged or signalled)
+    saving = (done % config.checkpoint_every_steps == 0 or done == setup.total_steps or signalled) and not diverged
+    if saving and not guard.all_finite(state):  # never write a non-finite state
+      saving, diverged = False, (done, "a non-finite state")
+    if evaluating or saving:
+      jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
+      pause, held = time.time(), steps.leave(state)
+    if evaluating:
+      eval_metrics = evaluate(held, dataset, config, p_eval_step, setup.batch_rows)
+      if writer:
+        writer.write("eval", done, eval_metrics)
+      bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
+                f"top-5 {eval_metrics['top5']:.4f}")
+    if saving:
+      checkpoints.save(manager, done, held, data_position(config, dataset, done))
+    if evaluating or saving:
+      t0 += time.time() - pause  # steps_per_sec times the training steps alone
+    bar.update(1)
+    if diverged or signalled:
+      break
+  bar.close()
+  batches_on_device.close()  # stops its thread and the worker processes, if any
+  checkpoints.wait(manager)
+  if writer:
+    writer.close()
+  if diverged:
+    raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
+  if signalled:
+    raise guard.Interrupted(signalled, done, manager.directory)
+  state = steps.leave(state)
+  if not eval_metrics:  # nothing left to train: report on the restored state
+    eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.batch_rows)
+  colour = write_pictures(workdir, setup, state)
+  if colour:
+    print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
+  return eval_metrics
+
+
+def input_workers(config) -> int:
+  """config.dataset.workers, with -1 resolved: none on CPU (XLA's compute needs the cores), else a process per 2
+  cores. Measured on the 32-core host of 2×H200 (2026-11-30, the paper's store, batch 512, the training loop's input
+  path; docs/BENCHMARKS.md): 16 processes of 4 threads fed 37,236 images/s, 24 of 2 34,214, 8 of 16 24,925, one
+  process of 32 threads 5,191."""
+  if config.dataset.workers >= 0:
+    return config.dataset.workers
+  return 0 if jax.default_backend() == "cpu" else max(1, (os.cpu_count() or 4) // 2)
+
+
+def data_position(config, dataset, next_batch: int) -> dict:
+  """What a checkpoint records of the input pipeline: the next batch's index, and the settings without which that
+  index would name different examples. The number of processes is not one: each reads its rows of the same global
+  batch (process_rows), so a run resumes on more or fewer processes. (Checkpoints written before this still record
+  `processes`; check_position reads only what this lists.)"""
+  return dict(next_batch=next_batch, dataset=config.dataset.name, num_train=dataset.num_train,
+              batch_size=config.batch_size, seed=config.seed)
+
+
+def check_position(saved: dict, now: dict) -> None:
+  changed = [f"{k} {saved.get(k)!r} → {now[k]!r}" for k in now if saved.get(k) != now[k]]
+  if changed:
+    raise DataError(f"the checkpoint's input position does not fit this run ({'; '.join(changed)}): resume with the "
+                    "data settings it was written with, or train in a new --workdir")
+
+
+def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
+  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir, by process 0 (every
+  process takes part in gathering the filters from the devices that hold them); {} elsewhere."""
+  first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
+  kernel = multihost_utils.process_allgather(state.params[first]["kernel"], tiled=True)
+  return pictures.write_all(workdir, kernel) if distributed.is_writer() else {}

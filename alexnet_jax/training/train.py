@@ -1,0 +1,236 @@
+"""The train and eval steps, in the shape of flax's imagenet example: a Setup that the config fixes,
+create_train_state, train_step and eval_step; the loop that runs them is loop.py.
+
+A step receives batches of stored uint8 images with the host's draws (data/pipeline.py's contract) placed as the
+setup's `batch_rows` say, and cuts, flips, shifts and normalises the crops on the devices (data/device_augment.py)
+before the network reads them where its placement plan wants them.
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax.data import device_augment
+from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.statistics import IMAGENET
+from alexnet_jax.network import placement, sharding
+from alexnet_jax.network.model import Network
+from alexnet_jax.network.table import get_network
+from alexnet_jax.training import guard
+
+
+class TrainState(flax.struct.PyTreeNode):
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything that a config fixes before training: the network (its table in `net.table`), its mesh and placement
+  plan, where the host puts batches, and the optimiser."""
+
+  net: Network
+  mesh: jax.sharding.Mesh
+  plan: placement.Plan
+  batch_rows: Rows  # how a batch's rows lie on the mesh as the host puts them
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  total_steps: int
+  image_size: int  # the crop the network sees, cut on the device from the stored images
+  mean: tuple  # the dataset's RGB statistics, [0, 1] units
+  std: tuple
+
+
+def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std=IMAGENET.std) -> Setup:
+  table = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
+                      lrn_alpha_over_n=config.lrn_alpha_over_n)
+  if table.towers != config.towers:
+    raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
+  mesh = sharding.make_mesh(config.mesh.model, config.mesh.data)
+  plan = placement.plan(table, config.strategy, mesh.shape["model"], mesh.shape["data"])
+  net = Network(plan.table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init,
+                backend=config.kernel_backend)
+  if config.batch_size % mesh.size or config.eval_batch_size % mesh.size:
+    raise ValueError(f"config.batch_size and eval_batch_size must be divisible by the mesh's {mesh.size} devices "
+                     "(each receives its own rows)")
+  # Each device receives the rows its first layer reads; or only its own, the crops then gathered over 'model' on
+  # the devices (config.gather_input), which the devices' decoders need: each decodes its own rows.
+  spread = config.gather_input or config.dataset.decoder == "gpu"
+  rows = Rows(mesh, ("data", "model") if spread else plan.input_axes)
+  steps_per_epoch = max(1, num_train // config.batch_size)
+  total_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
+  # The paper divides the learning rate by 10 three times; boundaries are given in epochs.
+  schedule = optax.piecewise_constant_schedule(
+      config.learning_rate, {int(e * steps_per_epoch): 0.1 for e in config.lr_drop_epochs})
+  # Decay is added to the gradient before momentum, as in the paper's update rule.
+  tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
+                   optax.sgd(schedule, momentum=config.momentum))
+  return Setup(net, mesh, plan, rows, tx, schedule, total_steps, config.image_size, tuple(map(float, mean)),
+               tuple(map(float, std)))
+
+
+def dataset_setup(config, dataset) -> Setup:
+  """make_setup for a dataset: its classes, size and pixel statistics."""
+  return make_setup(config, dataset.num_classes, dataset.num_train, dataset.statistics.mean, dataset.statistics.std)
+
+
+def create_train_state(setup: Setup, key) -> TrainState:
+  """Initialises the state on the mesh, each tower's weights and their momentum on the tower's device."""
+  return train_state_init(setup)(key)
+
+
+def train_state_init(setup: Setup):
+  """The jitted `key -> TrainState` of create_train_state; its `.eval_shape(key)` gives the state's shapes and
+  shardings without computing it (what an export is traced with)."""
+  s = setup.image_size
+  return placed_init(setup, lambda key: setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"],
+                     lambda params: sharding.param_shardings(setup.mesh, setup.net, params))
+
+
+def placed_init(setup: Setup, init_params, shardings):
+  """The jitted `key -> TrainState` of the parameters init_params(key) for setup's optimiser, made where
+  shardings(parameter shapes) places them."""
+
+  def init(key):
+    params = init_params(key)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=setup.tx.init(params))
+
+  shapes = jax.eval_shape(init, jax.random.key(0))  # shapes only: any key
+  replicated = NamedSharding(setup.mesh, P())
+  params = shardings(shapes.params)
+  # XLA does not carry the parameters' placement over to zeros made from them: each weight's momentum is given
+  # its weight's sharding, or it would all land on one device.
+  opt_state = optax.tree_utils.tree_map_params(setup.tx, lambda _, sharding: sharding, shapes.opt_state, params,
+                                               transform_non_params=lambda _: replicated)
+  return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))
+
+
+def _placed(setup: Setup, rows: jax.Array, axes: tuple[str, ...]) -> jax.Array:
+  """Per-image rows where a layer reads them: split over `axes`, replicated over the others. Where the host put
+  them otherwise (config.gather_input), XLA gathers them here over 'model': images while still uint8 crops, the
+  fewest bytes they can be sent in; shifts and labels before anything combines them with the towers' work."""
+  return lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P(axes)))
+
+
+def model_input(setup: Setup, batch: dict, place: bool = True) -> jax.Array:
+  """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
+  normalised; placed where the network's first layer reads it (`place`: not under pmap, whose devices hold their
+  own rows)."""
+  with jax.named_scope("input"):
+    crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
+    # Fused into the write of the network's CHWN input (batch fastest), the crops' gather would read one byte per
+    # 32-byte sector of the NHWC images; cut out first, the crops go through XLA's tiled transpose instead.
+    crops, shift = lax.optimization_barrier(crops), batch["shift"]
+    if place:
+      crops, shift = (_placed(setup, x, setup.plan.input_axes) for x in (crops, shift))
+    return device_augment.normalise(crops, shift, setup.mean, setup.std)
+
+
+def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
+  """An evaluation batch's network input: the centre crops of the stored uint8 images (N, S, S, 3), normalised."""
+  with jax.named_scope("input"):
+    crops = _placed(setup, device_augment.center_crop(images, setup.image_size), setup.plan.input_axes)
+    return device_augment.normalise(crops, None, setup.mean, setup.std)
+
+
+def logits_fn(setup: Setup):
+  """forward(params, NHWC images, key, train) → logits (N, classes): the setup's network on its mesh."""
+  apply = sharding.sharded_apply(setup.net, setup.mesh)
+  return lambda params, images, key, train: apply(params, jnp.transpose(images, (3, 1, 2, 0)), key, train)
+
+
+def metrics_of(logits, labels, mask=None):
+  """Sums of loss, top-1 and top-5 hits and example count (masked examples count for nothing)."""
+  with jax.named_scope("metrics"):
+    mask = jnp.ones(labels.shape, bool) if mask is None else mask
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    # The label's rank as a stable top_k orders the classes (ties to the lower index), counted elementwise: XLA does
+    # not split top_k's sort over the devices that hold the rows, and would gather every device's logits first.
+    classes = jnp.arange(logits.shape[-1])
+    label = classes == labels[:, None]
+    own = jnp.sum(jnp.where(label, logits, 0), axis=-1, keepdims=True)
+    rank = jnp.sum((logits > own) | ((logits == own) & (classes < labels[:, None])), axis=-1)
+    return dict(loss=jnp.sum(loss * mask), top1=jnp.sum((rank < 1) * mask), top5=jnp.sum((rank < 5) * mask),
+                count=jnp.sum(mask))
+
+
+def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=None, pmap_axis: str | None = None):
+  """One SGD step; the dropout key is folded with the step so that a resumed run draws the same masks.
+
+  `forward` (params, NHWC images, key, train) → logits stands in for the setup's network (the benchmark's
+  plain-XLA one, pmap's). Under jax.pmap, `pmap_axis` names the axis whose devices each took their own rows: the
+  gradients are averaged and the metrics summed over it.
+  """
+  forward = forward or logits_fn(setup)
+  key = jax.random.fold_in(key, state.step)
+  with jax.named_scope("labels"):
+    labels = batch["label"] if pmap_axis else _placed(setup, batch["label"], setup.plan.output_axes)
+
+  def loss_fn(params):
+    logits = forward(params, model_input(setup, batch, place=not pmap_axis), key, True)
+    with jax.named_scope("loss"):
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return loss, logits
+
+  (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  metrics = metrics_of(logits, labels)
+  if pmap_axis:
+    # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
+    # scope, so that the compiled step's all-reduces say whose gradients they carry (the comm report).
+    grads = {name: _named_pmean(name, g, pmap_axis) for name, g in grads.items()}
+    metrics = lax.psum(metrics, pmap_axis)
+  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"])
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def _named_pmean(name: str, tree, axis: str):
+  with jax.named_scope(name):
+    return lax.pmean(tree, axis)
+
+
+def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
+  """Metrics of one evaluation batch of stored images (N, S, S, 3), on their centre crops (crops=1) or the paper's 10
+  crops, cut on the device; 10 crops are scored by their mean softmax (the loss is then the cross-entropy of that
+  mean)."""
+  forward, s = logits_fn(setup), setup.image_size
+  with jax.named_scope("labels"):
+    labels, mask = (_placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))
+  if crops == 1:
+    images = eval_input(setup, batch["image"])
+    return metrics_of(forward(state.params, images, jax.random.key(0), False), labels, mask)
+  if crops != 10:
+    raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
+  n = batch["image"].shape[0]
+  with jax.named_scope("input"):
+    tens = _placed(setup, device_augment.ten_crops(batch["image"], s), setup.plan.input_axes)
+    images = device_augment.normalise(tens, None, setup.mean, setup.std).reshape(n * crops, s, s, 3)
+  probs = jax.nn.softmax(forward(state.params, images, jax.random.key(0), False).astype(jnp.float32))
+  probs = probs.reshape(n, crops, -1).mean(1)
+  return metrics_of(jnp.log(probs + 1e-30), labels, mask)  # finite loss where a mean is 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Stepping:
+  """How the training loop steps: `step(state, batch, key)` → (state, metrics) on batches that the setup's
+  `batch_rows` placed, and the state as the step holds it (`enter`) from the state as checkpoints, evaluation and
+  pictures hold it, and back (`leave`)."""
+
+  step: Any
+  enter: Any = lambda state: state
+  leave: Any = lambda state: state
+
+
+def jitted(setup: Setup) -> Stepping:
+  return Stepping(jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0))
