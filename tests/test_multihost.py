@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -85,35 +84,63 @@ def one_process(tmp_path_factory):
   return workdir
 
 
-# Who trains the first 3 of the 6 steps before two processes resume: two processes (for data under pmap, whose
-# checkpoints are shard_map's), or one process with two devices (the input position does not depend on processes).
-FIRST_HALF = {"tower": (2, ()), "data": (2, ("--config.parallel_api=pmap",)), "hybrid": (1, ())}
+# Who trains the first steps of the 6 before two processes resume: two processes stopped by a SIGTERM that reaches one
+# of them alone (what a node's preemption does), two processes to step 3 (for data under pmap, whose checkpoints are
+# shard_map's), or one process with two devices to step 3 (the input position does not depend on processes).
+FIRST_HALF = {"tower": "signal", "data": "pmap", "hybrid": "one process"}
+
+
+def stopped_by_a_signal_to_one_process(config, workdir: str) -> int:
+  """Starts two processes, sends process 1 alone a SIGTERM once it is about to train, and returns the step after
+  which both stopped: the same on both (the other could not save without it), and saved."""
+  runs = start_two_processes(config, workdir)
+  seen = []
+  for line in runs[1].stdout:  # train_and_evaluate prints this line once its signal handlers are in place
+    seen.append(line)
+    if " parameters, mesh " in line:
+      runs[1].send_signal(signal.SIGTERM)
+      break
+  outputs = [run.communicate(timeout=300)[0] for run in runs]
+  outputs[1] = "".join(seen) + outputs[1]
+  assert [run.returncode for run in runs] == [128 + signal.SIGTERM] * 2, [output[-3000:] for output in outputs]
+  steps = {int(step) for output in outputs for step in re.findall(r"stopped by SIGTERM after step (\d+)", output)}
+  assert len(steps) == 1, outputs
+  (step,) = steps
+  assert str(step) in os.listdir(os.path.join(workdir, "checkpoints"))
+  return step
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_two_processes_stopped_and_resumed_train_as_one_process_with_two_devices(strategy, one_process, tmp_path):
   config, one, two = demo_config(strategy), one_process, str(tmp_path / "two")
-  processes, flags = FIRST_HALF[strategy]
-  if processes == 2:
-    two_processes(config, two, "--config.num_epochs=0.5", *flags)
+  first_half = FIRST_HALF[strategy]
+  if first_half == "signal":
+    stopped = stopped_by_a_signal_to_one_process(config, two)
+  elif first_half == "pmap":
+    two_processes(config, two, "--config.num_epochs=0.5", "--config.parallel_api=pmap")
   else:
     half = demo_config(strategy)
     half.num_epochs, half.cpu_devices = 0.5, 0
     loop.train_and_evaluate(half, two)
+  if first_half != "signal":
+    stopped = 3
   outputs = two_processes(config, two)
-  assert all("steps 3→6" in output for output in outputs)  # every process resumed from the checkpoint
+  assert all(f"steps {stopped}→6" in output for output in outputs)  # every process resumed from the checkpoint
   # Both towers (or data shards, or fc slices) saw the global batch one process reads, from the restored position
   # on: the uninterrupted run's parameters.
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final_params(two, config),
                final_params(one, config))
-  # Process 0 alone writes each line (the first half logs and evaluates its last step, 3), evaluation counts each of
-  # the 15 examples once.
+  # Process 0 alone writes each line (a first half to step 3 logs and evaluates its last step; a signal stops before
+  # the next log), evaluation counts each of the 15 examples once.
   assert [(r["step"], r["split"]) for r in lines(one)] == [(2, "train"), (4, "train"), (6, "train"), (6, "eval")]
-  assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (3, "train"), (3, "eval"), (4, "train"),
-                                                           (6, "train"), (6, "eval")]
-  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15, 15]
+  if first_half == "signal":
+    assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (4, "train"), (6, "train"), (6, "eval")]
+  else:
+    assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (3, "train"), (3, "eval"), (4, "train"),
+                                                             (6, "train"), (6, "eval")]
+  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15] * (1 + (first_half != "signal"))
   assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(two))
-  assert sorted(os.listdir(os.path.join(two, "checkpoints"))) == ["3", "6"]
+  assert sorted(map(int, os.listdir(os.path.join(two, "checkpoints")))) == sorted({stopped, 3, 6})
   assert ["conv1 colour" in output for output in outputs] == [True, False]
 
 
@@ -132,23 +159,3 @@ def test_distributed_settings_come_from_the_config_or_the_environment(monkeypatc
   monkeypatch.delenv("JAX_PROCESS_ID")
   with pytest.raises(ValueError, match="process_id in"):
     distributed.settings(config)
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_to_one_process_stops_every_process_after_the_same_step_saved(signum, tmp_path):
-  # What a node's preemption or a closed terminal does to one process of a run: the other, which received nothing,
-  # must stop after the same step, or its save (which takes every process) would wait forever.
-  config, workdir = demo_config("tower"), str(tmp_path)
-  runs = start_two_processes(config, workdir, "--config.num_epochs=1000", "--config.checkpoint_every_steps=100000")
-  metrics = os.path.join(workdir, "metrics.jsonl")
-  deadline = time.time() + 300
-  while not (os.path.exists(metrics) and os.path.getsize(metrics)) and time.time() < deadline:
-    assert all(run.poll() is None for run in runs), [run.communicate()[0][-3000:] for run in runs]
-    time.sleep(0.2)
-  runs[1].send_signal(signum)  # process 1 alone; process 0 writes the metrics
-  outputs = [run.communicate(timeout=300)[0] for run in runs]
-  assert [run.returncode for run in runs] == [128 + signum] * 2, [output[-3000:] for output in outputs]
-  stopped = [re.search(rf"stopped by {signal.Signals(signum).name} after step (\d+)", output) for output in outputs]
-  assert all(stopped), outputs
-  step = {m.group(1) for m in stopped}
-  assert len(step) == 1 and os.listdir(os.path.join(workdir, "checkpoints")) == list(step)

@@ -251,6 +251,7 @@ def _wait_for_training(process):
 
 @pytest.mark.parametrize("signals,status", [
     ((signal.SIGINT,), 128 + signal.SIGINT),  # Ctrl-C: the step finishes and is saved
+    ((signal.SIGHUP,), 128 + signal.SIGHUP),  # the terminal closed: the same
     ((signal.SIGTERM, signal.SIGTERM), -signal.SIGTERM),  # a second signal: at once, nothing saved
 ])
 def test_command_line_stops_on_a_signal_in_one_line(tmp_path, tiny_file, signals, status):

@@ -1,8 +1,8 @@
-"""Issue 14's scaling rows on simulated CPU devices: scripts/benchmark.py places each layout on the first N of 8
-devices at a batch per device (the paper's towers × data parallelism over the pairs, the hybrid over all of them),
-its compiled collectives are the layer table's, and scripts/scaling_report.py tables and plots the rows. (Every
-layout with each backend, interpret's Triton kernels included, on 4 and 8 devices takes minutes: run by hand, as the
-report of issue 14 says.)"""
+"""Scaling rows on simulated CPU devices: scripts/benchmark.py places each layout on the first N of 8 devices at a
+batch per device (the paper's towers × data parallelism over the pairs, the hybrid over all of them), its compiled
+collectives are the placement plan's, and scripts/scaling_report.py tables and plots the rows. (Every layout with
+each backend, interpret's Triton kernels included, on 4 and 8 devices takes minutes: run by hand, as
+docs/scaling_h200.md says.)"""
 
 import json
 import os
@@ -29,7 +29,7 @@ def script(name, *args):
 def rows(tmp_path_factory):
   out = tmp_path_factory.mktemp("scaling") / "rows.json"
   run = script("benchmark.py", "--config", "configs/demo.py", *TINY, "--systems=xla:split,xla:hybrid",
-               "--devices=1,4,8", "--per_device_batches=1", "--steps=1", "--windows=1", "--noseparate", f"--json={out}")
+               "--devices=1,8", "--per_device_batches=1", "--steps=1", "--windows=1", "--noseparate", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   return str(out)
 
@@ -37,12 +37,12 @@ def rows(tmp_path_factory):
 def test_layouts_spread_over_the_devices_at_a_batch_per_device(rows):
   found = {(r["system"], r["devices"]): r for r in json.load(open(rows))}
   meshes = {key: (r["mesh"]["data"], r["mesh"]["model"], r["batch"]) for key, r in found.items()}
-  assert meshes == {("xla:split", 1): (1, 1, 1), ("xla:split", 4): (2, 2, 4), ("xla:split", 8): (4, 2, 8),
-                    ("xla:hybrid", 1): (1, 1, 1), ("xla:hybrid", 4): (1, 4, 4), ("xla:hybrid", 8): (1, 8, 8)}
+  assert meshes == {("xla:split", 1): (1, 1, 1), ("xla:split", 8): (4, 2, 8),
+                    ("xla:hybrid", 1): (1, 1, 1), ("xla:hybrid", 8): (1, 8, 8)}
   table = alexnet(num_classes=10, width=0.0625)
   for (system, devices), r in found.items():
     assert r["per_device_batch"] == 1 and r["images_per_s"] > 0
-    if devices > 1:  # every layer's collectives are the ones the table implies for the row's mesh
+    if devices > 1:  # every layer's collectives are the ones the plan says for the row's mesh
       plan = placement.plan(table, systems.STRATEGIES[system.split(":")[1]], r["mesh"]["model"], r["mesh"]["data"])
       expected = {}
       for (layer, kind, _), size in plan.traffic(64, devices).items():
@@ -59,7 +59,7 @@ def test_scaling_report_tables_efficiency_and_plots_images_per_second(rows, tmp_
   one = max(found["xla:split", 1]["images_per_s"], found["xla:hybrid", 1]["images_per_s"])  # the same step on one
   efficiency = split8["images_per_s"] / (8 * one)
   assert f"| xla:split | float32 | 8 | 8 | {split8['images_per_s']:,.0f} | {efficiency:.0%} |" in md.read_text()
-  assert md.read_text().count("| xla:hybrid | float32 |") == 6  # batch 1 per device, and the best batch
+  assert md.read_text().count("| xla:hybrid | float32 |") == 4  # batch 1 per device, and the best batch
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
