@@ -5,13 +5,63 @@ import os
 import sys
 import traceback
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 
 def define_config(help_text: str) -> None:
-  """--config FILE: a configs/*.py file whose get_config() is locked, so an override of a key it lacks is refused."""
-  config_flags.DEFINE_config_file("config", None, help_text, lock_config=True)
+  """--config FILE: a configs/*.py file whose get_config() is locked, so an override of a key it lacks is refused;
+  --show_config lists its keys."""
+  config_flags.DEFINE_config_file("config", None, f"{help_text}; --config.KEY=VALUE sets a key (--show_config lists "
+                                  "them)", lock_config=True)
+  _own_flags(("config",))
+
+
+def define_run_config() -> None:
+  """--workdir DIR, a training run's directory, and --config: the run's own config (DIR/run.json), whose keys
+  --config.KEY=VALUE may override (training/run.py says which it may not); --show_config lists them."""
+  from alexnet_jax.config import paper_config  # noqa: PLC0415
+  from alexnet_jax.training import run  # noqa: PLC0415
+
+  flags.DEFINE_string("workdir", None, "a training run's directory (its run.json and checkpoints/ are read)")
+  workdir = _argv_value(sys.argv, "--workdir")
+  try:
+    config = run.read(workdir).config if workdir else paper_config()
+  except ValueError:
+    config = paper_config()  # main() reports what is wrong with the workdir, in one line
+  try:  # ml_collections reads the --config.KEY overrides here, from sys.argv
+    config_flags.DEFINE_config_dict("config", config, "the run's config; --config.KEY=VALUE overrides a key "
+                                    "(--show_config lists them)", lock_config=True)
+  except (AttributeError, KeyError, TypeError, ValueError, flags.Error) as e:
+    sys.exit(_bad_flag(e))
+  _own_flags(("config", "workdir"))
+  global _reads_a_run
+  _reads_a_run = True
+
+
+_reads_a_run = False  # define_run_config was called: --config is the run's, not a file
+
+
+def _own_flags(names) -> None:
+  """--show_config, and `names` listed by --help among the flags of the script that calls define_*: absl lists a
+  script's own flags, and ml_collections defines --config (as absl's declare_key_flag would make them, were it
+  called there)."""
+  flags.DEFINE_bool("show_config", False, "print every config key with its value, what it may be and one line of "
+                    "doc, then exit")
+  caller = sys._getframe(2).f_globals["__name__"]
+  module = sys.argv[0] if caller == "__main__" else caller
+  for name in (*names, "show_config"):
+    flags.FLAGS.register_key_flag_for_module(module, flags.FLAGS[name])
+
+
+def _argv_value(argv, name: str) -> str | None:
+  """The value of flag `name` in argv (`--name=V` or `--name V`), if given."""
+  for i, arg in enumerate(argv):
+    if arg.startswith(name + "="):
+      return arg.split("=", 1)[1]
+    if arg == name and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
 
 
 def config_name() -> str:
@@ -21,12 +71,8 @@ def config_name() -> str:
 
 def _config_file(argv) -> str | None:
   """The --config argument's file (without ml_collections' ':arguments' suffix), if given."""
-  for i, arg in enumerate(argv):
-    if arg.startswith("--config="):
-      return arg.split("=", 1)[1].split(":", 1)[0]
-    if arg == "--config" and i + 1 < len(argv):
-      return argv[i + 1].split(":", 1)[0]
-  return None
+  value = _argv_value(argv, "--config")
+  return value.split(":", 1)[0] if value is not None else None
 
 
 def _raised_in(e: BaseException, path: str) -> tuple[BaseException, int] | None:
@@ -47,6 +93,9 @@ def parse_flags(argv):
   """absl's parser, with a missing or broken --config file, a mistyped flag or --config.key reported in one
   line."""
   path = _config_file(argv)
+  if path is not None and _reads_a_run:
+    sys.exit("error: this script reads a run's own config (WORKDIR/run.json), not --config FILE; set a key with "
+             "--config.KEY=VALUE")
   if path is not None and not os.path.isfile(path):
     sys.exit(f"error: no config file {path}")
   try:
@@ -60,19 +109,34 @@ def parse_flags(argv):
       sys.exit(f"error: config file {path} defines no get_config()")
     if not isinstance(e, AttributeError | KeyError | TypeError | ValueError | flags.Error):
       raise
-    message = str(e).replace("\\'", "'").replace("\\n", " ")  # ml_collections nests a repr in its errors
-    if len(message) > 1 and message[0] == message[-1] == "'":
-      message = message[1:-1]
-    sys.exit(f"error: bad flag: {' '.join(message.split())}")
+    sys.exit(_bad_flag(e))
+
+
+def _bad_flag(e: Exception) -> str:
+  message = str(e).replace("\\'", "'").replace("\\n", " ")  # ml_collections nests a repr in its errors
+  if len(message) > 1 and message[0] == message[-1] == "'":
+    message = message[1:-1]
+  return f"error: bad flag: {' '.join(message.split())}"
 
 
 def run(main, required=()) -> None:
   """app.run(main) through parse_flags, after marking `required` flags as such (a missing one is one line too); a
-  Ctrl-C that training does not catch itself (guard.py) ends in one line too."""
+  Ctrl-C that training does not catch itself (training/guard.py) ends in one line too. --show_config prints the
+  config's keys instead of running main."""
   if required:
     flags.mark_flags_as_required(list(required))
+
+  def main_or_show(argv):
+    if "show_config" in flags.FLAGS and flags.FLAGS.show_config:
+      from alexnet_jax.config import describe  # noqa: PLC0415
+
+      print(describe(flags.FLAGS.config))
+      return None
+    return main(argv)
+
+  logging.set_verbosity(logging.WARNING)  # orbax and JAX log at INFO what a script's own lines say better
   try:
-    app.run(main, flags_parser=parse_flags)
+    app.run(main_or_show, flags_parser=parse_flags)
   except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
     sys.exit(130)  # 128 + SIGINT, the shell's convention

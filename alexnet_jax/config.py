@@ -1,10 +1,15 @@
-"""Every configuration key with the paper's value, and the one check that all configs pass through.
+"""Every configuration key: the paper's value, what it may be and one line of doc (KEYS), and the one check that all
+configs pass through (validate).
 
 configs/*.py start from `paper_config()` and change values. It is locked: a key that is not here is a typo, and
 setting it (in a config file, in code or as --config.key) raises an error that names it and the nearest known key.
+`describe(config)` lists every key with its value, what it may be and its doc (the scripts' --show_config).
 """
 
+import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import ml_collections
 
@@ -12,149 +17,233 @@ DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
 GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
+SCHEDULES = ("steps", "cosine")
+MAX_STEPS = 2**31 - 1  # steps are int32 on the devices
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+  """A number of `kind` in [low, high] (finite, for a float: NaN passes no comparison, and an infinite number of
+  epochs never ends); `also`: a further value allowed, said in `note`."""
+
+  kind: type
+  low: float
+  high: float
+  also: Any = None
+  note: str = ""
+
+  def __contains__(self, value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+      return False
+    if self.also is not None and value == self.also:
+      return True
+    if self.kind is int and not isinstance(value, int):
+      return False
+    return math.isfinite(value) and self.low <= value <= self.high
+
+  def __str__(self) -> str:
+    if self.kind is int:
+      return f"an integer in [{self.low:,}, {self.high:,}]{self.note}"
+    return f"a number in [{self.low:g}, {self.high:g}]{self.note}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """One of `values` (or of what `values()` returns when called: registered networks)."""
+
+  values: tuple | Callable
+
+  def options(self) -> tuple:
+    return self.values() if callable(self.values) else self.values
+
+  def __contains__(self, value) -> bool:
+    return any(value == v and type(value) is type(v) for v in self.options())
+
+  def __str__(self) -> str:
+    return "one of " + ", ".join(map(repr, self.options()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Epochs:
+  """A tuple of epochs, each a number in [0, high]."""
+
+  high: float
+
+  def __contains__(self, value) -> bool:
+    return isinstance(value, tuple | list) and all(e in Range(float, 0, self.high) for e in value)
+
+  def __str__(self) -> str:
+    return f"a tuple of epochs in [0, {self.high:g}]"
+
+
+class Text:
+  """Any string."""
+
+  def __contains__(self, value) -> bool:
+    return isinstance(value, str)
+
+  def __str__(self) -> str:
+    return "a string"
+
+
+def _networks() -> tuple:
+  from alexnet_jax.network import table  # noqa: PLC0415  (configs import this module before jax is set up)
+
+  return table.names()
+
+
+def _backends() -> tuple:
+  from alexnet_jax.ops.backend import BACKENDS  # noqa: PLC0415
+
+  return BACKENDS
+
+
+def _inits() -> tuple:
+  from alexnet_jax.network.table import INITS  # noqa: PLC0415
+
+  return INITS
+
+
+def _strategies() -> tuple:
+  from alexnet_jax.network.table import STRATEGIES  # noqa: PLC0415
+
+  return (*STRATEGIES, "table")
+
+
+BOOL, COUNT = Choice((False, True)), Range(int, 1, 2**20)
+NATURAL = Range(int, 0, 2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+  value: Any  # the paper's
+  allowed: Any  # what `in` tests the value against, and says in words
+  doc: str
+
+
+KEYS = {
+    "seed": Key(0, NATURAL, "the initial weights', dropout's and data order's seed"),
+    "network": Key("alexnet", Choice(_networks), "a layer table registered in network/table.py, or by the config "
+                   "file itself (alexnet_jax.network.register)"),
+    "width": Key(1.0, Range(float, 1e-3, 64), "scales every hidden layer's filters and features"),
+    "towers": Key(2, Range(int, 1, 64), "the towers every weighted layer is split over (the paper's two GPUs)"),
+    "image_size": Key(224, Range(int, 8, 4096), "the crop the network sees, cut from the stored images"),
+    "weight_init": Key("paper", Choice(_inits), "'paper': N(0, 0.01) and the table's biases; 'he': "
+                       "N(0, 2/fan-in), zero biases (trains small or deep nets)"),
+    "init_from": Key("", Text(), "a weights file in the PyTorch/Caffe layout (.npz or .pt) to start from; fc8 is "
+                     "made anew where the classes differ ('': none)"),
+    "lrn_alpha_over_n": Key(False, BOOL, "LRN's α divided by its window, as Caffe's and cuda-convnet's code (the "
+                            "paper's formula: False)"),
+    "dtype": Key("float32", Choice(DTYPES), "the compute dtype; parameters stay float32"),
+    "kernel_backend": Key("auto", Choice(_backends), "'auto': the Triton kernels on CUDA, XLA elsewhere; 'triton', "
+                          "'xla', or 'interpret' (the kernels on the CPU, slow)"),
+    "mesh.model": Key(2, Range(int, 1, 4096), "devices on the mesh axis 'model' (the towers, fc slices)"),
+    "mesh.data": Key(1, Range(int, 1, 65536, also=-1, note=", or -1: every other device"),
+                     "devices on the mesh axis 'data' (splits the batch)"),
+    "strategy": Key("tower", Choice(_strategies), "where each layer's work lies: the "
+                    "paper's towers, data parallelism, the hybrid (convs data, fc layers model), or each layer's "
+                    "own place"),
+    "gather_input": Key(False, BOOL, "each device gets only its own rows and the step gathers the crops over "
+                        "'model' (False: the rows its first layer reads, as the paper's GPUs did)"),
+    "parallel_api": Key("shard_map", Choice(PARALLEL_APIS), "how the step is written: shard_map (every strategy) "
+                        "or pmap (strategy 'data' only)"),
+    "cpu_devices": Key(0, Range(int, 0, 1024), "simulate this many CPU devices over all processes of a run (0: "
+                       "what JAX finds)"),
+    "distributed.coordinator": Key("", Text(), "process 0's host:port in a run of several processes (unset: "
+                                   "JAX_COORDINATOR_ADDRESS)"),
+    "distributed.num_processes": Key(0, Range(int, 0, 65536), "processes of the run (unset: JAX_NUM_PROCESSES)"),
+    "distributed.process_id": Key(-1, Range(int, -1, 65535, note=" (-1: unset, JAX_PROCESS_ID)"),
+                                  "this process's id"),
+    "distributed.detect": Key(False, BOOL, "let JAX find the processes (Slurm, Open MPI, Cloud TPU)"),
+    "dataset.name": Key("imagenet2012", Text(), "a tfds name prepared in data_dir, 'folder' (data_dir/<split>/"
+                        "<class>/*.jpg), 'store' (what make prepare wrote) or 'procedural' (built in)"),
+    "dataset.data_dir": Key("", Text(), "where the dataset lies"),
+    "dataset.train_split": Key("train", Text(), "the training split's name"),
+    "dataset.eval_split": Key("validation", Text(), "the evaluation split's name"),
+    "dataset.num_classes": Key(0, Range(int, 0, 10**6), "classes (0: the dataset's)"),
+    "dataset.num_train_examples": Key(0, NATURAL, "training examples used (0: all)"),
+    "dataset.num_eval_examples": Key(0, NATURAL, "evaluation examples used (0: all)"),
+    "dataset.resize": Key(256, Range(int, 8, 4096), "S: images stored at shorter side S, central S×S"),
+    "dataset.pca_sigma": Key(0.1, Range(float, 0, 10), "the paper's PCA colour noise"),
+    "dataset.threads": Key(4, Range(int, 1, 1024), "threads reading and decoding each batch"),
+    "dataset.workers": Key(-1, Range(int, 0, 1024, also=-1, note=", or -1: none on CPU, else one per 2 cores"),
+                           "worker processes reading batches"),
+    "dataset.decoder": Key("auto", Choice(DECODERS), "who decodes training images: the host ('cpu'), the devices "
+                           "('gpu', nvImageCodec), or 'auto' (the host today)"),
+    "dataset.host_share": Key(0.0, Range(float, 0, 1), "with decoder 'gpu': the share of each batch the host "
+                              "decodes beside the devices"),
+    "dataset.gpu_backends": Key("all", Choice(GPU_BACKENDS), "with decoder 'gpu': nvImageCodec's backends"),
+    "dataset.fast_decode": Key(False, BOOL, "libjpeg-turbo's fast DCT and upsampling (pixels off by ≤ 45)"),
+    "batch_size": Key(128, COUNT, "the global training batch"),
+    "eval_batch_size": Key(128, COUNT, "the global evaluation batch"),
+    "learning_rate": Key(0.01, Range(float, 1e-12, 1e6), "the initial learning rate"),
+    "lr_schedule": Key("steps", Choice(SCHEDULES), "'steps': ÷10 at each of lr_drop_epochs (the paper); 'cosine': "
+                       "cosine decay to 0 over the run"),
+    "lr_drop_epochs": Key((30.0, 60.0, 80.0), Epochs(10**6), "epochs after which the learning rate is divided by 10"),
+    "warmup_epochs": Key(0.0, Range(float, 0, 10**6), "linear warm-up from 0 over these epochs (0: none, as the "
+                         "paper)"),
+    "momentum": Key(0.9, Range(float, 0, 0.999999), "SGD momentum"),
+    "weight_decay": Key(5e-4, Range(float, 0, 1), "added to the gradient before momentum, as the paper's rule"),
+    "label_smoothing": Key(0.0, Range(float, 0, 0.999999), "the targets' share spread over every class (0: none, "
+                           "as the paper)"),
+    "num_epochs": Key(90.0, Range(float, 1e-6, 10**6), "epochs to train"),
+    "log_every_steps": Key(100, Range(int, 1, MAX_STEPS), "steps between training-metric lines"),
+    "eval_every_steps": Key(5000, Range(int, 1, MAX_STEPS), "steps between evaluations"),
+    "checkpoint_every_steps": Key(1000, Range(int, 1, MAX_STEPS), "steps between checkpoints"),
+    "checkpoints_to_keep": Key(3, Range(int, 1, 10**4), "the newest checkpoints kept"),
+}
 
 
 def paper_config() -> ml_collections.ConfigDict:
+  """Every key at the paper's value (KEYS); locked."""
   c = ml_collections.ConfigDict()
-  c.seed = 0
-  # The network: a name registered in network/table.py, or by the config file itself (alexnet_jax.network.register),
-  # and its towers.
-  c.network = "alexnet"
-  c.width = 1.0  # scales every hidden layer
-  c.towers = 2
-  c.image_size = 224
-  c.weight_init = "paper"  # N(0, 0.01); 'he' scales by fan-in
-  c.lrn_alpha_over_n = False  # the paper's formula; True gives Caffe's and cuda-convnet's α/n
-  c.dtype = "float32"  # compute dtype; 'bfloat16' keeps float32 parameters
-  c.kernel_backend = "auto"
-  c.mesh = ml_collections.ConfigDict(dict(model=2, data=1))  # data=-1: every other device
-  # Where each layer's work lies on the mesh (network/table.py, placement.py): 'tower' (the paper: towers over
-  # mesh.model), 'data' (every weight on every device, the batch over all), 'hybrid' (convolutions 'data', fc layers
-  # split over mesh.model: Krizhevsky 2014) or 'table' (each layer's own `place`).
-  c.strategy = "tower"
-  # False: the host gives each device the rows its first layer reads (the paper: each GPU the whole batch), so the
-  # step moves nothing between devices but at conv3 and fc6–fc8. True: each device only its own rows, and the step
-  # gathers the uint8 crops over mesh.model (half the host's bytes per device; decoder 'gpu' always does this).
-  c.gather_input = False
-  # How the train step is written: 'shard_map' (every strategy), or 'pmap' (jax.pmap and lax.pmean, training/pmap.py:
-  # strategy 'data' only, for those who study pmap).
-  c.parallel_api = "shard_map"
-  c.cpu_devices = 0  # > 0: simulate this many CPU devices (the demo's two "GPUs"), over all processes of a run
-  # Several processes (distributed.py, README Multi-host): process 0's host:port, the number of processes and this
-  # one's id (unset: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), or detect=True under Slurm, Open
-  # MPI or on Cloud TPU.
-  c.distributed = ml_collections.ConfigDict(dict(coordinator="", num_processes=0, process_id=-1, detect=False))
-  # Data (data/pipeline.py): a tfds name prepared as array_record in data_dir (scripts/prepare_data.py), 'folder'
-  # (data_dir/<split>/<class>/*.jpg), 'store' (the S×S JPEG store `make prepare … --store=data_dir` wrote) or
-  # 'procedural'. Zeros mean "what the data has".
-  c.dataset = ml_collections.ConfigDict(dict(
-      name="imagenet2012", data_dir="", train_split="train", eval_split="validation", num_classes=0,
-      num_train_examples=0, num_eval_examples=0,
-      resize=256,  # S: images stored at shorter side S, central S×S; the device crops image_size (227: Caffe's)
-      pca_sigma=0.1,  # "fancy PCA" colour noise; ImageNet's basis for imagenet2012, else computed from the data
-      # Each batch is read (and decoded, on the host) by `threads` threads, in this process or in each of
-      # `workers` worker processes (0: none; -1: none on CPU, where XLA needs the cores, else one per 2 cores:
-      # one process stalls on the GIL; training/loop.input_workers has the measurements).
-      threads=4, workers=-1,
-      # Who decodes training images: 'cpu' (the host, decode.py), 'gpu' (each device its rows, with nvImageCodec in
-      # a process per device: nvdecode.py; on CPU devices its libjpeg-turbo backend) or 'auto', the faster where
-      # both can: 'cpu' today (pipeline._decoder has the measurements). With 'gpu', host_share of each batch is
-      # decoded by the host beside the devices; gpu_backends: nvImageCodec's choice among its backends ('all':
-      # the GPU's hardware JPEG engines for part of a batch, its CPU-assisted hybrid backend for the rest) or
-      # 'hardware' (the engines for all, the others for what they fail): the hybrid's CPU threads compete with
-      # the host's decoding.
-      decoder="auto", host_share=0.0, gpu_backends="all",
-      fast_decode=False))  # libjpeg-turbo's fast DCT and upsampling: ≤ 6 % faster, pixels off by ≤ 45 (decode.py)
-  # Optimisation: SGD, momentum 0.9, weight decay 5e-4, lr 0.01 divided by 10 three times over ~90 epochs.
-  c.batch_size = 128
-  c.eval_batch_size = 128
-  c.learning_rate = 0.01
-  c.momentum = 0.9
-  c.weight_decay = 5e-4
-  c.num_epochs = 90.0
-  c.lr_drop_epochs = (30.0, 60.0, 80.0)
-  # Bookkeeping.
-  c.log_every_steps = 100
-  c.eval_every_steps = 5000
-  c.checkpoint_every_steps = 1000
-  c.checkpoints_to_keep = 3
+  for name, key in KEYS.items():
+    *parents, leaf = name.split(".")
+    node = c
+    for parent in parents:
+      if parent not in node:
+        node[parent] = ml_collections.ConfigDict()
+      node = node[parent]
+    node[leaf] = key.value
   c.lock()  # recursive: the nested dicts refuse new keys too
   return c
 
 
-def apply_process_settings(config: ml_collections.ConfigDict) -> None:
-  """Sets what a config fixes for the whole process, so a script calls it before its first JAX call: absl's log
-  verbosity (WARNING) and, if config.cpu_devices > 0, how many CPU devices JAX simulates."""
-  import jax  # noqa: PLC0415  (configs import this module before jax is set up)
-  from absl import logging  # noqa: PLC0415
+def get(config, name: str):
+  """config's value of a dotted key."""
+  value = config
+  for part in name.split("."):
+    value = value[part]
+  return value
 
-  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; the progress bar says enough
+
+def describe(config) -> str:
+  """Every key: its value in `config`, what it may be, and its doc."""
+  width = max(map(len, KEYS))
+  return "\n".join(f"{name:{width}} = {get(config, name)!r}\n{'':{width}}   {key.allowed}: {key.doc}"
+                   for name, key in KEYS.items())
+
+
+def apply_process_settings(config: ml_collections.ConfigDict) -> None:
+  """Sets what a config fixes for the whole process, so a script calls it before its first JAX call: if
+  config.cpu_devices > 0, how many CPU devices JAX simulates."""
+  import jax  # noqa: PLC0415  (configs import this module before jax is set up)
+
+  validate_key(config, "cpu_devices")  # before JAX makes that many
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
 
 
-def _choices(config, key, allowed):
-  if config[key] not in allowed:
-    raise ValueError(f"config.{key}={config[key]!r} is not one of {', '.join(map(repr, allowed))}")
-
-
-# Every numeric key, its type and its range, in words and as a test. Floats must be finite too: NaN passes no
-# comparison (so `nan <= 0` lets it through), and an infinite number of epochs never ends.
-_POSITIVE, _NATURAL, _COUNT = ("> 0", lambda v: v > 0), ("≥ 0", lambda v: v >= 0), ("≥ 1", lambda v: v >= 1)
-RANGES = (
-    ("seed", int, *_NATURAL), ("width", float, *_POSITIVE), ("towers", int, *_COUNT), ("image_size", int, *_COUNT),
-    ("mesh.model", int, *_COUNT),
-    ("mesh.data", int, "≥ 1, or -1 for every other device", lambda v: v >= 1 or v == -1),
-    ("cpu_devices", int, *_NATURAL), ("distributed.num_processes", int, *_NATURAL),
-    ("distributed.process_id", int, "≥ -1 (-1: unset)", lambda v: v >= -1), ("dataset.num_classes", int, *_NATURAL),
-    ("dataset.num_train_examples", int, *_NATURAL), ("dataset.num_eval_examples", int, *_NATURAL),
-    ("dataset.resize", int, *_COUNT), ("dataset.pca_sigma", float, *_NATURAL), ("dataset.threads", int, *_COUNT),
-    ("dataset.workers", int, "≥ -1 (-1: automatic)", lambda v: v >= -1),
-    ("dataset.host_share", float, "in [0, 1]", lambda v: 0 <= v <= 1), ("batch_size", int, *_COUNT),
-    ("eval_batch_size", int, *_COUNT), ("learning_rate", float, *_POSITIVE),
-    ("momentum", float, "in [0, 1)", lambda v: 0 <= v < 1), ("weight_decay", float, *_NATURAL),
-    ("num_epochs", float, *_POSITIVE), ("log_every_steps", int, *_COUNT), ("eval_every_steps", int, *_COUNT),
-    ("checkpoint_every_steps", int, *_COUNT), ("checkpoints_to_keep", int, *_COUNT),
-)
-
-
-def _is_number(value, kind) -> bool:
-  if isinstance(value, bool) or not isinstance(value, int | float):
-    return False
-  return isinstance(value, int) if kind is int else math.isfinite(value)
-
-
-def _check_range(config, key: str, kind, rule: str, inside) -> None:
-  value = config
-  for part in key.split("."):
-    value = value[part]
-  if not (_is_number(value, kind) and inside(value)):
-    raise ValueError(f"config.{key} must be {'an integer' if kind is int else 'a finite number'} {rule}, "
-                     f"got {value!r}")
+def validate_key(config, name: str) -> None:
+  value, allowed = get(config, name), KEYS[name].allowed
+  if value not in allowed:
+    raise ValueError(f"config.{name} must be {allowed}, got {value!r}")
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Raises one ValueError naming the first value out of range (unknown keys never get in: the config is locked)."""
-  from alexnet_jax import ops  # noqa: PLC0415  (configs import this module before jax is set up)
-  from alexnet_jax.network import table  # noqa: PLC0415  (configs import this module before jax is set up)
-  from alexnet_jax.network.table import INITS  # noqa: PLC0415
-
-  _choices(config, "network", table.names())
-  _choices(config, "weight_init", INITS)
-  _choices(config, "dtype", DTYPES)
-  _choices(config, "kernel_backend", ops.BACKENDS)
-  for key, allowed in (("decoder", DECODERS), ("gpu_backends", GPU_BACKENDS)):
-    if config.dataset[key] not in allowed:
-      raise ValueError(f"config.dataset.{key}={config.dataset[key]!r} is not one of "
-                       f"{', '.join(map(repr, allowed))}")
-  for key, kind, rule, inside in RANGES:
-    _check_range(config, key, kind, rule, inside)
-  drops = config.lr_drop_epochs
-  if not isinstance(drops, tuple | list) or not all(_is_number(e, False) and e >= 0 for e in drops):
-    raise ValueError(f"config.lr_drop_epochs must be a tuple of epochs (finite numbers ≥ 0), got {drops!r}")
-  _choices(config, "strategy", (*table.STRATEGIES, "table"))
-  _choices(config, "parallel_api", PARALLEL_APIS)
-  _choices(config, "gather_input", (False, True))
+  """Raises one ValueError naming the first value not allowed (unknown keys never get in: the config is locked)."""
+  for name in KEYS:
+    validate_key(config, name)
   if config.parallel_api == "pmap" and config.strategy != "data":
     raise ValueError(f"config.parallel_api='pmap' is data parallelism: it needs config.strategy='data', got "
                      f"{config.strategy!r}")

@@ -1,7 +1,14 @@
 """Portable artifacts of a network (jax.export): serialised StableHLO that any JAX of a compatible version loads and
 runs on the platforms it was exported for, without this package's code (except a train step's pytree types).
 
-Two functions can be exported, the batch size fixed at export:
+An artifact file is MAGIC, one line of JSON — what it says of itself (an inference artifact: the class names, the
+statistics its uint8 input is normalised with, the stored size, the crop), its format, its payload's length and
+SHA-256 — then jax.export's serialisation, the payload: `load` checks the digest, so a truncated or altered file is
+refused, and a reader without this package splits the file at the first two newlines and calls
+`jax.export.deserialize` on the rest.
+
+Two functions can be exported, for a batch of any size (one device, and no Triton kernels in a cuda program:
+jax-triton compiles a kernel for one shape) or of the size given:
 - 'inference': logits (N, classes), float32, with the trained weights inside the artifact. Input 'uint8': (N, S, S, 3)
   uint8 images as the evaluation pipeline gives them (S = dataset.resize for stored images, image_size for the
   procedural set), centre-cropped to image_size and normalised by the dataset's statistics on the device, as
@@ -10,8 +17,8 @@ Two functions can be exported, the batch size fixed at export:
   train.TrainState (parameters and momentum as create_train_state lays them out), the batch the training batch of
   the pipeline's contract (README, Data) and key a PRNG key.
 
-Both are traced on the config's mesh: an artifact runs on as many devices as that mesh has (`mesh.model=1,
-mesh.data=1` gives a one-device artifact computing the same numbers). What differs between platforms (the Triton
+Both are traced on the config's mesh: an artifact runs on as many devices as that mesh has (scripts/export.py makes
+one-device artifacts unless told otherwise: the same numbers). What differs between platforms (the Triton
 kernels on CUDA under kernel_backend 'auto', a float32 reduce-scatter on CPU) is chosen by the platform each program
 is lowered for, so every platform's program in an artifact carries only its own choices. An artifact for cuda with
 the kernels inside can only be made beside a CUDA GPU: jax-triton compiles each kernel, at export, to PTX for that
@@ -21,17 +28,23 @@ Importing this module registers the pytree types of a train step's state for ser
 `jax.export.deserialize` of a train step (`load` does).
 """
 
+import contextlib
+import dataclasses
 import functools
+import hashlib
 import importlib
+import json
+import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.data.placement import random_batch
-from alexnet_jax.network import sharding
+from alexnet_jax.network import model, sharding
 from alexnet_jax.training import train
 
 FUNCTIONS = ("inference", "train_step")
@@ -89,9 +102,17 @@ def _has_cuda() -> bool:
     return False
 
 
-def _check_batch(setup: train.Setup, batch_size: int) -> None:
-  if batch_size < 1 or batch_size % setup.mesh.shape["data"]:
-    raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.shape['data']} data shards")
+def _batch(setup: train.Setup, batch_size: int | None, platforms, backend: str):
+  """The batch dimension: batch_size, or (None) a symbolic one, which any batch fills, where the program allows it:
+  on one device, without the Triton kernels in a cuda lowering (jax-triton compiles each kernel for one shape)."""
+  if batch_size is None:
+    if setup.mesh.size > 1 or "cuda" in platforms and backend in ("auto", "triton"):
+      raise ValueError("a batch of any size needs a one-device mesh and no Triton kernels for cuda: give the batch "
+                       "(--batch N), or export for other platforms or with --config.kernel_backend=xla")
+    return jax.export.symbolic_shape("batch")[0]
+  if batch_size < 1 or batch_size % setup.mesh.size:
+    raise ValueError(f"batch size {batch_size} does not split over the mesh's {setup.mesh.size} devices")
+  return batch_size
 
 
 def _batch_split(setup: train.Setup, ndim: int, axis: int = 0) -> NamedSharding:
@@ -126,51 +147,106 @@ def inference_input(setup: train.Setup, input_kind: str, batch_size: int, size: 
   return jax.ShapeDtypeStruct((batch_size, size, size, 3), jnp.uint8, sharding=_batch_split(setup, 4))
 
 
-def export_inference(setup: train.Setup, params, *, platforms, batch_size: int, input_kind: str = "uint8",
-                     size: int | None = None) -> jax.export.Exported:
-  """The inference function of `params` for `platforms`, on batches of `batch_size` (images of side `size`, default
-  the network's crop)."""
+def export_inference(setup: train.Setup, params, *, platforms, batch_size: int | None = None,
+                     input_kind: str = "uint8", size: int | None = None) -> jax.export.Exported:
+  """The inference function of `params` for `platforms`, on batches of `batch_size` (None: any) of images of side
+  `size` (default the network's crop)."""
   platforms = check_platforms(platforms, setup.net.backend)
-  _check_batch(setup, batch_size)
-  image = inference_input(setup, input_kind, batch_size, size or setup.image_size)
+  batch = _batch(setup, batch_size, platforms, setup.net.backend)
+  image = inference_input(setup, input_kind, batch, size or setup.image_size)
   return jax.export.export(jax.jit(inference_fn(setup, params, input_kind)), platforms=platforms,
                            disabled_checks=_disabled_checks(platforms, setup.net.backend))(image)
 
 
-def train_step_args(setup: train.Setup, batch_size: int, size: int):
+def train_step_args(setup: train.Setup, batch_size, size: int):
   """Abstract (state, batch, key) of train.train_step, each laid out as training lays it out."""
   state = train.train_state_init(setup).eval_shape(jax.random.key(0))
-  example = random_batch(batch_size, setup.image_size, 1, size=size)  # the contract's shapes and dtypes
-  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=_batch_split(setup, v.ndim))
+  example = random_batch(1, setup.image_size, 1, size=size)  # the contract's shapes and dtypes
+  batch = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype, sharding=_batch_split(setup, v.ndim))
            for k, v in example.items()}
   return state, batch, jax.eval_shape(jax.random.key, 0)
 
 
-def export_train_step(setup: train.Setup, *, platforms, batch_size: int,
+def export_train_step(setup: train.Setup, *, platforms, batch_size: int | None = None,
                       size: int | None = None) -> jax.export.Exported:
-  """train.train_step for `platforms`, on training batches of `batch_size` images of side `size` (default the
-  network's crop)."""
+  """train.train_step for `platforms`, on training batches of `batch_size` (None: any) images of side `size`
+  (default the network's crop)."""
   platforms = check_platforms(platforms, setup.net.backend)
-  _check_batch(setup, batch_size)
+  batch = _batch(setup, batch_size, platforms, setup.net.backend)
   step = jax.jit(functools.partial(train.train_step, setup=setup))
-  return jax.export.export(step, platforms=platforms, disabled_checks=_disabled_checks(platforms, setup.net.backend))(
-      *train_step_args(setup, batch_size, size or setup.image_size))
+  # XLA:CPU compiles the other platforms' programs too: none may hold a bf16 reduce-scatter (network/model.py).
+  wide = model.float32_scatters() if "cpu" in platforms and len(platforms) > 1 else contextlib.nullcontext()
+  with wide:
+    return jax.export.export(step, platforms=platforms,
+                             disabled_checks=_disabled_checks(platforms, setup.net.backend))(
+        *train_step_args(setup, batch, size or setup.image_size))
 
 
-def save(exported: jax.export.Exported, path: str) -> int:
-  """Writes the serialised artifact; returns its bytes."""
-  data = exported.serialize()
-  with open(path, "wb") as f:
-    f.write(data)
+MAGIC = b"alexnet_jax artifact\n"
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+  """A loaded artifact: `exported` (call it: `artifact.exported.call(images)`), and what it says of itself
+  (`facts`: the class names, the pixel statistics the images are normalised with, the stored size, …)."""
+
+  exported: jax.export.Exported
+  facts: dict
+
+  @property
+  def classes(self) -> tuple[str, ...]:
+    return tuple(self.facts.get("classes", ()))
+
+
+def save(exported: jax.export.Exported, path: str, facts: dict) -> int:
+  """Writes the artifact — MAGIC, a line of JSON (`facts`, the format, the payload's length and SHA-256), then
+  jax.export's serialisation — whole or not at all; returns its bytes."""
+  payload = exported.serialize()
+  header = dict(facts, format=FORMAT, payload_bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+  data = MAGIC + json.dumps(header).encode() + b"\n" + bytes(payload)
+  try:
+    with open(path + ".tmp", "wb") as f:
+      f.write(data)
+    os.replace(path + ".tmp", path)
+  except OSError as e:
+    raise ValueError(f"cannot write {path}: {e.strerror or e}") from None
   return len(data)
 
 
-def load(path: str) -> jax.export.Exported:
-  with open(path, "rb") as f:
-    exported = jax.export.deserialize(bytearray(f.read()))
+def load(path: str) -> Artifact:
+  """The artifact at `path`, its payload checked against its SHA-256: one ValueError for a file that is not one,
+  truncated or altered."""
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+  end = data.find(b"\n", len(MAGIC))
+  if not data.startswith(MAGIC) or end < 0:
+    raise ValueError(f"{path} is not an alexnet_jax artifact (scripts/export.py writes them)")
+  try:
+    facts = json.loads(data[len(MAGIC):end])
+  except ValueError:
+    raise ValueError(f"{path}: its header is not JSON: the file is damaged") from None
+  payload = data[end + 1:]
+  if facts.get("format") != FORMAT:
+    raise ValueError(f"{path} has format {facts.get('format')!r}; this package reads {FORMAT}")
+  if len(payload) != facts.get("payload_bytes") or hashlib.sha256(payload).hexdigest() != facts.get("sha256"):
+    raise ValueError(f"{path} is damaged: its program's bytes are not those it was written with (truncated or "
+                     "altered); export it again")
+  exported = jax.export.deserialize(bytearray(payload))
   if "cuda" in exported.platforms and _has_cuda():
     importlib.import_module("jax_triton")  # registers TRITON_CALL with XLA (importable with a CUDA jaxlib only)
-  return exported
+  return Artifact(exported, facts)
+
+
+def facts_of(described, input_kind: str = "uint8") -> dict:
+  """What an inference artifact of a run says of itself: its classes, the statistics its uint8 input is normalised
+  with, the stored size S its uint8 images have, the crop."""
+  return dict(classes=list(described.classes), mean=np.asarray(described.statistics.mean).tolist(),
+              std=np.asarray(described.statistics.std).tolist(), size=described.size,
+              image_size=described.image_size, input=input_kind)
 
 
 def describe(exported: jax.export.Exported) -> str:

@@ -178,7 +178,7 @@ def main():
              for w in workers for t in threads]
   store = MemoryStore(args.jpegs)
   config.dataset.name = "store"
-  stored = make_dataset(config, store, store, 1000)
+  stored = make_dataset(config, store, store, tuple(map(str, range(1000))))
   rows += [dict(images="store", threads=t, workers=0,
                 images_per_s=pipeline_rate(with_threads(stored, t), args.batch, args.batches, 0)) for t in threads]
   decode_threads = ([int(t) for t in args.decode_threads.split(",")] if args.decode_threads

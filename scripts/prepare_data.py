@@ -14,6 +14,7 @@ rerun after an interruption keeps the complete shards). Unreadable images are le
 """
 
 import os
+import shlex
 import sys
 import time
 
@@ -66,8 +67,17 @@ def report(root: str, manifest: dict, written: int, seconds: float) -> None:
   print(f"wrote {written:,} images in {seconds:.1f} s ({written / max(seconds, 1e-9):,.0f} images/s); the store "
         f"holds {total:,} images of {manifest['size']}×{manifest['size']} at JPEG quality {manifest['quality']}: "
         f"{size / 1e6:,.1f} MB, {size / max(total, 1):,.0f} bytes/image")
-  print(f"train with --config.dataset.name=store --config.dataset.data_dir={os.path.abspath(root)} "
-        f"--config.dataset.resize={manifest['size']}")
+  splits = list(manifest["splits"])
+  train_split, eval_split = splits[0], (splits[1:] or splits)[0]
+  workdir = os.path.join("runs", os.path.basename(os.path.normpath(root)))
+  crop = max(8, manifest["size"] * 7 // 8)  # the paper's 224 of 256
+  print("train (the demo's network on two CPU devices; configs/alexnet_2gpu.py for the paper's on two GPUs):\n"
+        f"  python scripts/train.py --config configs/demo.py --config.dataset.name=store "
+        f"--config.dataset.data_dir={shlex.quote(os.path.abspath(root))} --config.dataset.resize={manifest['size']} "
+        f"--config.image_size={crop} --config.dataset.train_split={train_split} "
+        f"--config.dataset.eval_split={eval_split} --config.dataset.num_classes=0 "
+        f"--config.dataset.num_train_examples=0 --config.dataset.num_eval_examples=0 --workdir {shlex.quote(workdir)}"
+        f"\nthen classify images with it:\n  python scripts/predict.py --workdir {shlex.quote(workdir)} IMAGES…")
 
 
 def main(argv):

@@ -1,7 +1,7 @@
-"""Writes a run's pictures: python scripts/visualize.py --config configs/X.py [--config.key=value …] --workdir DIR.
+"""Writes a run's pictures: python scripts/visualize.py --workdir DIR [--config.key=value …].
 
-curves.png (loss, top-1, top-5 against steps) and conv1_filters.png (one grid of filters per tower, titled with its
-colour specialisation), from the newest checkpoint and metrics.jsonl in DIR. train.py writes the same at its end.
+curves.png (loss, accuracy and the learning rate against steps) and conv1_filters.png (the first conv layer's
+filters, a panel per tower), from the newest checkpoint and metrics.jsonl in DIR. train.py writes the same at its end.
 """
 
 import sys
@@ -11,8 +11,7 @@ from absl import flags
 from alexnet_jax import cli
 from alexnet_jax.config import apply_process_settings
 
-cli.define_config("the configs/*.py file the run was trained with")
-flags.DEFINE_string("workdir", None, "the run's workdir")
+cli.define_run_config()
 
 
 def main(argv):
@@ -22,12 +21,12 @@ def main(argv):
   from alexnet_jax.training import loop  # noqa: PLC0415
 
   try:
-    setup, _, state = loop.restore_newest(config, flags.FLAGS.workdir)
+    _, setup, state = loop.restore_newest(flags.FLAGS.workdir, config)
     colour = loop.write_pictures(flags.FLAGS.workdir, setup, state)
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, OSError) as e:
     sys.exit(f"error: {e}")
   print(f"wrote curves.png and conv1_filters.png in {flags.FLAGS.workdir}; colour specialisation {colour}")
 
 
 if __name__ == "__main__":
-  cli.run(main, required=["config", "workdir"])
+  cli.run(main, required=["workdir"])

@@ -311,7 +311,7 @@ def test_cpu_decoder_gives_pils_pixels_and_skips_what_neither_reads(store, caplo
 
 def test_store_batches_are_the_same_whatever_the_threads_and_resume_exactly(store):
   config = data_config("store", threads=1)
-  one = make_dataset(config, store, Jpegs(store.examples[:5]), 3)
+  one = make_dataset(config, store, Jpegs(store.examples[:5]), ("a", "b", "c"))
   assert one.size == 48 and one.statistics.mean.shape == (3,)  # measured on the decoded images
   batches = [train_batches(one, 5)[s] for s in range(7)]
   four = train_batches(with_threads(one, 4), 5)
@@ -416,7 +416,7 @@ def test_training_batches_are_the_same_whoever_decodes_them(store):
 
   config = data_config("store", threads=2)
   config.batch_size, config.mesh.model = 8, 2
-  on_host = make_dataset(config, store, Jpegs(store.examples[:4]), 3)
+  on_host = make_dataset(config, store, Jpegs(store.examples[:4]), ("a", "b", "c"))
   on_devices = dataclasses.replace(on_host, decoder="gpu", host_share=0.25)
   setup = train.dataset_setup(config, on_host)
   feeds = [Feed(iterate(train_batches(d, 8), 0, 0), loop.putter(config, setup, d))

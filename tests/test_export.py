@@ -1,8 +1,11 @@
 """Portable artifacts (alexnet_jax/export.py, scripts/export.py): the inference function and the train step exported
-for CPU and TPU on this CPU host, serialised, loaded and run on the CPU's two devices, equal to the live model; a
-bfloat16 TPU export that carries none of the CPU's workarounds; the refusals, in one line."""
+for CPU and TPU on this CPU host, serialised, loaded and run here, equal to the live model — on one device for a
+batch of any size (the default), or on the run's two; what an artifact says of itself, and a damaged one refused; a
+bfloat16 TPU export that carries none of the CPU's workarounds, and a bfloat16 step exported for CPU and TPU at once
+that runs here; the refusals, in one line."""
 
 import functools
+import itertools
 import os
 import re
 import runpy
@@ -14,9 +17,10 @@ import numpy as np
 import pytest
 
 from alexnet_jax import export
-from alexnet_jax.data import eval_batches, get_dataset, train_batches
+from alexnet_jax.data import eval_batches, get_dataset, procedural, train_batches
 from alexnet_jax.network import sharding
 from alexnet_jax.training import checkpoints, loop, train
+from alexnet_jax.training import run as run_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # configs/demo.py (two towers on two devices, procedural data) at 64 pixels and 4 images a batch.
@@ -49,32 +53,68 @@ def assert_same(got, want):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   """A workdir whose checkpoint holds weights unlike any fresh initialisation's (1.5× a fresh state's), written by
-  training's own orbax code: (workdir, config, setup, state)."""
+  training's own code, with its run.json: (workdir, config, setup, state)."""
   workdir = str(tmp_path_factory.mktemp("run"))
   config = demo_config()
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
   state = train.create_train_state(setup, jax.random.key(config.seed))
   state = state.replace(params=jax.tree.map(lambda p: 1.5 * p, state.params))
+  described = run_files.describe(config, dataset, setup.net.table)
+  run_files.write(workdir, described)
   manager = checkpoints.manager(workdir, config)
-  checkpoints.save(manager, 1, state, loop.data_position(config, dataset, 1))
+  checkpoints.save(manager, 1, state, loop.data_position(config, dataset, 1), described)
   manager.wait_until_finished()
   return workdir, config, setup, state
 
 
-def test_script_exports_inference_for_cpu_and_tpu_that_runs_here_like_the_live_model(run):
+def live_logits(setup, state, images):
+  return train.logits_fn(setup)(state.params, train.eval_input(setup, images), jax.random.key(0), False)
+
+
+def test_script_exports_inference_on_one_device_for_any_batch_that_runs_here_like_the_live_model(run, tmp_path):
   workdir, config, setup, state = run
-  out = os.path.join(workdir, "model.jaxexport")
-  done = subprocess.run([sys.executable, "scripts/export.py", "--config", "configs/demo.py", *OVERRIDES,
-                         "--workdir", workdir, "--platforms", "cpu,tpu", "--out", out],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  out = str(tmp_path / "model.jaxexport")
+  done = subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--platforms", "cpu,tpu",
+                         "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr
-  assert "logits for cpu, tpu on 2 device(s): (uint8[4, 64, 64, 3]) → (float32[4, 10])" in done.stdout
+  assert "logits for cpu, tpu on 1 device(s): (uint8[batch, 64, 64, 3]) → (float32[batch, 10])" in done.stdout
   loaded = export.load(out)
-  batch = next(eval_batches(get_dataset(config), 4))
-  images = jax.device_put(batch["image"], loaded.in_shardings_jax(setup.mesh)[0])
-  live = train.logits_fn(setup)(state.params, train.eval_input(setup, batch["image"]), jax.random.key(0), False)
-  assert_same(loaded.call(images), live)
+  assert loaded.classes == procedural.CLASS_NAMES and loaded.facts["size"] == 64
+  assert loaded.facts["step"] == int(state.step)
+  assert loaded.facts["mean"] == pytest.approx(np.asarray(get_dataset(config).statistics.mean).tolist())
+  images = np.concatenate([b["image"] for b in itertools.islice(eval_batches(get_dataset(config), 4), 2)])[:7]
+  assert_same(loaded.exported.call(images), live_logits(setup, state, images))  # 7 images: any batch
+
+
+def test_a_damaged_artifact_is_refused_in_one_line(run, tmp_path):
+  workdir, _, _, _ = run
+  out = tmp_path / "model.jaxexport"
+  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", str(out)], cwd=ROOT,
+                 check=True, capture_output=True, timeout=300)
+  data = out.read_bytes()
+  damaged = {"flipped": data[:-100] + bytes(b ^ 0xFF for b in data[-100:-36]) + data[-36:],
+             "truncated": data[: len(data) // 2], "empty": b"", "garbage": os.urandom(1000)}
+  for name, content in damaged.items():
+    path = tmp_path / f"{name}.jaxexport"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"{path} (is damaged|is not an alexnet_jax artifact)"):
+      export.load(str(path))
+  with pytest.raises(ValueError, match=f"cannot read {tmp_path}/missing.jaxexport"):
+    export.load(str(tmp_path / "missing.jaxexport"))
+
+
+def test_an_artifact_on_the_run_s_two_devices(run, tmp_path):
+  workdir, _, setup, state = run
+  out = str(tmp_path / "model.jaxexport")
+  done = subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--mesh", "run", "--batch", "4",
+                         "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  loaded = export.load(out).exported
+  assert loaded.nr_devices == 2
+  images = np.random.default_rng(0).integers(0, 256, (4, 64, 64, 3), np.uint8)
+  assert_same(loaded.call(jax.device_put(images, loaded.in_shardings_jax(setup.mesh)[0])),
+              live_logits(setup, state, images))
 
 
 def test_inference_of_normalised_chwn_crops(run):
@@ -120,15 +160,26 @@ def test_bfloat16_tpu_export_carries_no_cpu_workaround():
   assert "custom_call" not in tpu  # neither a Triton kernel nor a host callback
 
 
+def test_bfloat16_train_step_exported_for_cpu_and_tpu_runs_here():
+  # XLA:CPU compiles every platform's branch of such a program, and aborts on a bf16 reduce-scatter in any: an
+  # artifact for the CPU and others reduce-scatters in float32 on all of them.
+  config = demo_config(dtype="bfloat16")
+  setup = train.make_setup(config, 10, 200)
+  state = train.create_train_state(setup, jax.random.key(0))
+  exported = export.export_train_step(setup, platforms=["cpu", "tpu"], batch_size=4)
+  batch = setup.batch_rows.put(train_batches(get_dataset(config), 4)[0][0])
+  new_state, metrics = jax.export.deserialize(exported.serialize()).call(state, batch, jax.random.key(0))
+  assert int(new_state.step) == 1 and np.isfinite(float(metrics["loss"]))
+
+
 def test_refusals_are_one_clear_line(run):
-  _, config, setup, _ = run
   with pytest.raises(ValueError, match="export platforms must be some of cpu, cuda, rocm, tpu; got gpu"):
     export.check_platforms(["gpu"], "auto")
   with pytest.raises(ValueError, match="'interpret' runs the kernels in host callbacks"):
     export.check_platforms(["cpu"], "interpret")
   assert export.check_platforms(["cpu", "cuda"], "xla") == ("cpu", "cuda")  # XLA's own ops lower for CUDA anywhere
-  done = subprocess.run([sys.executable, "scripts/export.py", "--config", "configs/demo.py", *OVERRIDES,
-                         "--function", "train_step", "--platforms", "cpu,cuda", "--out", "unused.jaxexport"],
+  done = subprocess.run([sys.executable, "scripts/export.py", "--workdir", run[0], "--function", "train_step",
+                         "--platforms", "cpu,cuda", "--out", "unused.jaxexport"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert done.returncode != 0 and "Traceback" not in done.stderr
   assert done.stderr.strip().splitlines()[-1].startswith(

@@ -41,8 +41,9 @@ def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(dtype, tmp_path
   setup = train.make_setup(config, 1000, 1_281_167)
   state = train.create_train_state(setup, jax.random.key(0))
   path = str(tmp_path / "alexnet.jaxexport")
-  export.save(export.export_inference(setup, state.params, platforms=["cuda"], batch_size=64, size=256), path)
-  loaded = export.load(path)
+  export.save(export.export_inference(setup, state.params, platforms=["cuda"], batch_size=64, size=256), path,
+              dict(input="uint8", size=256))
+  loaded = export.load(path).exported
   assert "triton_kernel_call" in loaded.mlir_module()  # the kernels, compiled for this GPU, are inside
   images = np.random.default_rng(0).integers(0, 256, (64, 256, 256, 3), np.uint8)
   live = jax.jit(export.inference_fn(setup, state.params))(images)

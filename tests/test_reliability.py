@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from alexnet_jax.config import RANGES, paper_config, validate
+from alexnet_jax.config import KEYS, describe, paper_config, validate
 from alexnet_jax.data import DataError, decode, sources
 from alexnet_jax.training import checkpoints, guard, loop, metrics, train, workdirs
 
@@ -114,37 +114,47 @@ def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, s
 # Validation.
 
 @pytest.mark.parametrize("key,value,message", [
-    ("learning_rate", float("nan"), "config.learning_rate must be a finite number > 0, got nan"),
-    ("learning_rate", float("inf"), "config.learning_rate must be a finite number > 0, got inf"),
-    ("num_epochs", float("inf"), "config.num_epochs must be a finite number > 0, got inf"),
-    ("width", float("nan"), "config.width must be a finite number > 0, got nan"),
-    ("momentum", 1.0, r"config.momentum must be a finite number in \[0, 1\), got 1.0"),
-    ("mesh.model", 0, "config.mesh.model must be an integer ≥ 1, got 0"),
-    ("mesh.data", 0, "config.mesh.data must be an integer ≥ 1, or -1 for every other device, got 0"),
-    ("dataset.pca_sigma", -0.1, "config.dataset.pca_sigma must be a finite number ≥ 0, got -0.1"),
-    ("seed", -1, "config.seed must be an integer ≥ 0, got -1"),
-    ("lr_drop_epochs", ("abc",), r"config.lr_drop_epochs must be a tuple of epochs .* got \('abc',\)"),
+    ("learning_rate", float("nan"), r"config.learning_rate must be a number in \[1e-12, 1e\+06\], got nan"),
+    ("learning_rate", float("inf"), r"config.learning_rate must be a number in \[1e-12, 1e\+06\], got inf"),
+    ("num_epochs", float("inf"), r"config.num_epochs must be a number in \[1e-06, 1e\+06\], got inf"),
+    ("width", float("nan"), r"config.width must be a number in \[0.001, 64\], got nan"),
+    ("momentum", 1.0, r"config.momentum must be a number in \[0, 0.999999\], got 1.0"),
+    ("mesh.model", 0, r"config.mesh.model must be an integer in \[1, 4,096\], got 0"),
+    ("mesh.data", 0, r"config.mesh.data must be an integer in \[1, 65,536\], or -1: every other device, got 0"),
+    ("dataset.pca_sigma", -0.1, r"config.dataset.pca_sigma must be a number in \[0, 10\], got -0.1"),
+    ("seed", -1, r"config.seed must be an integer in \[0, 2,147,483,647\], got -1"),
+    ("cpu_devices", 100_000, r"config.cpu_devices must be an integer in \[0, 1,024\], got 100000"),
+    ("batch_size", 2.0, r"config.batch_size must be an integer in \[1, 1,048,576\], got 2.0"),
+    ("lr_drop_epochs", ("abc",), r"config.lr_drop_epochs must be a tuple of epochs in \[0, 1e\+06\], got \('abc',\)"),
     ("lr_drop_epochs", (30.0, float("nan")), r"config.lr_drop_epochs must be .* got \(30.0, nan\)"),
+    ("lr_drop_epochs", (1e9,), r"config.lr_drop_epochs must be .* got \(1000000000.0,\)"),
+    ("network", "lenet", "config.network must be one of 'alexnet', .*got 'lenet'"),
+    ("gather_input", "yes", "config.gather_input must be one of False, True, got 'yes'"),
 ])
-def test_numbers_out_of_range_or_not_finite_are_refused_naming_the_key(key, value, message):
+def test_values_out_of_range_or_not_finite_are_refused_naming_the_key(key, value, message):
   config = tiny_config()
   *parents, last = key.split(".")
   node = config
   for part in parents:
     node = node[part]
-  node[last] = value
+  with config.ignore_type():
+    node[last] = value
   with pytest.raises(ValueError, match=message):
     validate(config)
 
 
-def test_every_numeric_key_has_a_range():
-  def numeric(config, prefix=""):
+def test_every_key_has_a_doc_and_an_allowed_range_and_the_paper_value_is_allowed():
+  def leaves(config, prefix=""):
     for k, v in config.items():
       if isinstance(v, ml_collections.ConfigDict):
-        yield from numeric(v, f"{prefix}{k}.")
-      elif isinstance(v, int | float) and not isinstance(v, bool):
+        yield from leaves(v, f"{prefix}{k}.")
+      else:
         yield prefix + k
-  assert sorted(numeric(paper_config())) == sorted(key for key, *_ in RANGES)
+  config = paper_config()
+  assert sorted(leaves(config)) == sorted(KEYS)
+  validate(config)
+  lines = describe(config).splitlines()
+  assert len(lines) == 2 * len(KEYS) and lines[0].startswith("seed") and "an integer in [0, " in lines[1]
 
 
 # Checkpoints that cannot be read.
@@ -391,12 +401,13 @@ def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, messa
   assert run.stderr.strip().startswith(message.format(path=path))
 
 
-@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py"])
-def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path, tiny_file, script):
+@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py", "predict.py"])
+def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path, script):
   typo = tmp_path / "rnus" / "demo"
-  run = subprocess.run([sys.executable, f"scripts/{script}", "--config", tiny_file, "--workdir", str(typo)], cwd=ROOT,
+  more = {"export.py": ["--out", str(tmp_path / "x")], "predict.py": [ROOT]}.get(script, [])
+  run = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", str(typo), *more], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 1
-  assert run.stderr.strip().splitlines()[-1] == f"error: --workdir {typo} does not exist: pass the workdir of a " \
+  assert run.stderr.strip().splitlines()[-1] == f"error: --workdir {typo} is not a directory: pass the workdir of a " \
                                                 "training run"
-  assert "Traceback" not in run.stderr and os.listdir(tmp_path) == ["tiny.py"]
+  assert "Traceback" not in run.stderr and os.listdir(tmp_path) == []

@@ -4,6 +4,7 @@ mock data and an image folder of odd inputs; determinism, resume, the manifest a
 import filecmp
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -89,7 +90,7 @@ def test_folder_store_holds_every_readable_image_as_its_centre_square(folder, wr
   broken = source.files.index(str(folder / "train" / "b" / "0_broken.jpg"))
   train = store.open_split(str(out), "train")
   assert count == 9 and len(train) == 7 and train.resize == SIZE and train.statistics is None
-  assert train.num_classes == 2
+  assert train.classes == ("a", "b")
   readable = [i for i in range(len(source)) if i != broken]
   for i, j in enumerate(readable):  # index i of the store is the source's i-th readable image
     record = train[i]
@@ -278,3 +279,29 @@ def test_train_script_decodes_on_the_devices_from_a_worker_process(folder, tmp_p
     lines = [json.loads(line) for line in f]
   train = [m for m in lines if m["split"] == "train"]
   assert [m["step"] for m in train] == [1, 2, 3] and all(np.isfinite(m["loss"]) for m in train)
+
+
+def test_your_own_images_in_three_commands_as_printed(folder, tmp_path):
+  # prepare_data.py's last lines are the commands that train on the store and classify with the run: run as printed.
+  store_dir = tmp_path / f"store_{os.getpid()}"
+  prepared = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}",
+                             f"--store={store_dir}", "--size=96", "--workers=1"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+  assert prepared.returncode == 0, prepared.stderr
+  commands = [line.strip() for line in prepared.stdout.splitlines() if line.startswith("  python scripts/")]
+  assert [c.split()[1] for c in commands] == ["scripts/train.py", "scripts/predict.py"]
+  workdir = os.path.join(ROOT, "runs", store_dir.name)
+  try:
+    python = lambda command: [sys.executable, *shlex.split(command)[1:]]  # noqa: E731  (the user's interpreter)
+    trained = subprocess.run(python(commands[0]), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "final eval" in trained.stdout
+    images = [str(folder / "val" / "a"), str(folder / "val" / "b" / "0.jpg")]  # a folder, a file
+    predicted = subprocess.run(python(commands[1].replace("IMAGES…", shlex.join(images))), cwd=ROOT,
+                               capture_output=True, text=True, timeout=300)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    lines = predicted.stdout.strip().splitlines()
+    assert [line.split(": ")[0] for line in lines] == [str(folder / "val" / name / "0.jpg") for name in "ab"]
+    assert all(sorted(part.split()[0] for part in line.split(": ")[1].split(", ")) == ["a", "b"] for line in lines)
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)

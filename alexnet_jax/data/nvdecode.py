@@ -68,8 +68,7 @@ def require():
   """The nvimgcodec module; a DataError saying what to install where it does not import."""
   module = nvimgcodec()
   if module is None:
-    raise DataError("config.dataset.decoder='gpu' needs nvImageCodec: pip install nvidia-nvimgcodec-cu13 "
-                    "nvidia-nvjpeg")
+    raise DataError("config.dataset.decoder='gpu' needs nvImageCodec: pip install -e '.[gpu]'")
   return module
 
 

@@ -44,7 +44,7 @@ class Dataset:
   as measured: sizes, statistics."""
 
   name: str
-  num_classes: int
+  classes: tuple[str, ...]  # the class names, by label
   train: decode.Decoder
   eval: decode.Decoder
   image_size: int
@@ -54,6 +54,10 @@ class Dataset:
   seed: int
   decoder: str = "cpu"  # who decodes training images: the host ('cpu') or the devices ('gpu', nvdecode.py)
   host_share: float = 0.0  # with 'gpu', the share of each batch that the host decodes beside the devices
+
+  @property
+  def num_classes(self) -> int:
+    return len(self.classes)
 
   @property
   def num_train(self) -> int:
@@ -161,51 +165,53 @@ def eval_batches(dataset: Dataset, batch_size: int, rows: slice = slice(None)) -
 
 
 def _splits(config):
-  """(train source, eval source, number of classes) for config.dataset. A source's examples are {'image', 'label'}
-  or, from a store of S×S JPEGs, {'jpeg', 'label'} (decode.py reads both): its `resize` is then the store's S."""
+  """(train source, eval source, class names) for config.dataset. A source's examples are {'image', 'label'} or,
+  from a store of S×S JPEGs, {'jpeg', 'label'} (decode.py reads both): its `resize` is then the store's S."""
   d = config.dataset
   if d.name == "procedural":
     n_train, n_eval = d.num_train_examples or 50_000, d.num_eval_examples or 10_000
     return (sources.ProceduralSource(config.seed, "train", config.image_size, n_train),
-            sources.ProceduralSource(config.seed, "test", config.image_size, n_eval), procedural.NUM_CLASSES)
+            sources.ProceduralSource(config.seed, "test", config.image_size, n_eval), procedural.CLASS_NAMES)
   if d.name == "folder":
     classes = sources.folder_classes(d.data_dir, d.train_split)
     return (sources.ImageFolder(d.data_dir, d.train_split, classes, d.resize),
-            sources.ImageFolder(d.data_dir, d.eval_split, classes, d.resize), len(classes))
+            sources.ImageFolder(d.data_dir, d.eval_split, classes, d.resize), classes)
   if d.name == "store":
     train, test = (store.open_split(d.data_dir, split) for split in (d.train_split, d.eval_split))
     if train.resize != d.resize:
       raise sources.DataError(f"the store at {d.data_dir} holds {train.resize}×{train.resize} images: set "
                               f"config.dataset.resize={train.resize}")
-    return train, test, train.num_classes
-  (train, test), num_classes = sources.tfds_sources(d.name, d.data_dir, (d.train_split, d.eval_split), d.resize)
-  return train, test, num_classes
+    return train, test, train.classes
+  (train, test), classes = sources.tfds_sources(d.name, d.data_dir, (d.train_split, d.eval_split), d.resize)
+  return train, test, classes
 
 
-def get_dataset(config) -> Dataset:
+def get_dataset(config, statistics: Statistics | None = None) -> Dataset:
   """The dataset that config.dataset names: 'procedural', 'folder' (an image folder at data_dir), 'store' (the
-  S×S JPEG store that `make prepare … --store` wrote at data_dir) or any tfds image-classification dataset. Raises
-  sources.DataError with a one-line remedy if it cannot be read."""
-  return make_dataset(config, *_splits(config))
+  S×S JPEG store that `make prepare … --store` wrote at data_dir) or any tfds image-classification dataset, with
+  `statistics` where they are known (a run's, from its workdir) rather than measured. Raises sources.DataError with
+  a one-line remedy if it cannot be read."""
+  return make_dataset(config, *_splits(config), statistics=statistics)
 
 
-def make_dataset(config, train, test, num_classes: int) -> Dataset:
+def make_dataset(config, train, test, classes: tuple[str, ...], statistics: Statistics | None = None) -> Dataset:
   """The Dataset over two random-access sources (train and evaluation split) as config.dataset sets it up: capped
-  in length, decoded to S×S by config.dataset.threads threads, statistics measured unless the source knows them."""
+  in length, decoded to S×S by config.dataset.threads threads, statistics measured unless the source (or the
+  caller) knows them."""
   d = config.dataset
-  if d.num_classes and d.num_classes != num_classes:
-    raise sources.DataError(f"config.dataset.num_classes={d.num_classes} but {d.name!r} has {num_classes} classes; "
-                            f"set it to {num_classes}, or 0 to take it from the data")
+  if d.num_classes and d.num_classes != len(classes):
+    raise sources.DataError(f"config.dataset.num_classes={d.num_classes} but {d.name!r} has {len(classes)} classes; "
+                            f"set it to {len(classes)}, or 0 to take it from the data")
   if train.resize is not None and train.resize < config.image_size:
     raise sources.DataError(f"config.dataset.resize={train.resize} must be ≥ config.image_size={config.image_size} "
                             "(images are resized, then cropped)")
-  resize, known = train.resize, train.statistics
+  resize, known = train.resize, statistics or train.statistics
   size = resize or config.image_size
   decoder = _decoder(d.decoder)
   train, test = (decode.Decoder(_first(s, n), size, d.fast_decode, d.threads)
                  for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
   stats = measure(train, seed=config.seed) if known is None else known
-  return Dataset(d.name, num_classes, train, test, config.image_size, resize, stats, d.pca_sigma, config.seed,
+  return Dataset(d.name, tuple(classes), train, test, config.image_size, resize, stats, d.pca_sigma, config.seed,
                  decoder, d.host_share)
 
 

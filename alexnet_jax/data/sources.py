@@ -122,11 +122,13 @@ def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
   return classes
 
 
-def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...], resize: int) -> tuple[list, int]:
-  """([random-access source per split], number of classes) of a tfds dataset prepared as array_record in
-  data_dir."""
-  import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
-
+def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...], resize: int) -> tuple[list, tuple[str, ...]]:
+  """([random-access source per split], class names) of a tfds dataset prepared as array_record in data_dir."""
+  try:
+    import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
+  except ModuleNotFoundError:
+    raise DataError(f"config.dataset.name={name!r} is read through tensorflow-datasets: pip install -e '.[tfds]', "
+                    "or prepare a store (make prepare) and train on it with --config.dataset.name=store") from None
   try:
     builder = tfds.builder(name, data_dir=data_dir or None, file_format="array_record")
   except tfds.core.registered.DatasetNotFoundError:
@@ -136,7 +138,8 @@ def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...], resize: int)
   if label is None or not hasattr(label, "num_classes") or "image" not in builder.info.features:
     raise DataError(f"tfds dataset {name!r} is not an image classification dataset with 'image' and 'label'")
   known = TFDS_STATISTICS.get(name)
-  return [_Tfds(_data_source(builder, name, data_dir, split), resize, known) for split in splits], label.num_classes
+  names = tuple(label.names) if getattr(label, "names", None) else tuple(map(str, range(label.num_classes)))
+  return [_Tfds(_data_source(builder, name, data_dir, split), resize, known) for split in splits], names
 
 
 def _data_source(builder, name: str, data_dir: str, split: str):

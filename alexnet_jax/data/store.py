@@ -107,7 +107,7 @@ class StoreSplit:
   """One split of a store: len() and [i] → {'jpeg': bytes, 'label': int}, undecoded (decode_pil, or the
   pipeline's decoder, decodes). As every source tells the pipeline: `resize`, the images' side S (they are S×S);
   `statistics`, the source's published pixel statistics, if any (sources.TFDS_STATISTICS), else None. And
-  `num_classes`, from the manifest."""
+  `classes`, the class names, from the manifest."""
 
   def __init__(self, root: str, split: str, manifest: dict):
     entry = manifest["splits"][split]
@@ -120,7 +120,8 @@ class StoreSplit:
     if len(self.records) != entry["count"]:
       raise DataError(f"store {root}: split {split!r} has {len(self.records)} images, its manifest says "
                       f"{entry['count']}; rerun make prepare with --store={root}")
-    self.resize, self.num_classes = manifest["size"], manifest["num_classes"]
+    self.resize = manifest["size"]
+    self.classes = tuple(manifest.get("classes") or map(str, range(manifest["num_classes"])))
     self.statistics = TFDS_STATISTICS.get(manifest["source"].get("tfds"))
 
   def __len__(self):

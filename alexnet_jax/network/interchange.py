@@ -55,7 +55,11 @@ def _float32(key: str, value) -> np.ndarray:
   a = np.asarray(value)  # also gathers a sharded jax array onto the host
   if not jnp.issubdtype(a.dtype, jnp.floating):
     raise ValueError(f"{key}: expected a floating-point array, got dtype {a.dtype}")
-  return a.astype(np.float32, copy=False)
+  with np.errstate(over="ignore"):
+    a = a.astype(np.float32, copy=False)
+  if not np.isfinite(a).all():
+    raise ValueError(f"{key}: holds {np.count_nonzero(~np.isfinite(a)):,} values that are not finite in float32")
+  return a
 
 
 def _check(problems: list[str]):
@@ -95,6 +99,39 @@ def to_torch(params, table: Table) -> dict[str, np.ndarray]:
     state[f"{layer.name}.weight"] = np.array(_kernel_to_torch(kernel, layer), order="C")
     state[f"{layer.name}.bias"] = np.array(bias.reshape(-1), order="C")
   return state
+
+
+def read(path: str) -> dict[str, np.ndarray]:
+  """{'conv1.weight': …} from a weights file: .npz (numpy.savez of to_torch's dict) or a PyTorch state dict
+  (.pt/.pth; needs PyTorch, which this package does not)."""
+  try:
+    if path.endswith(".npz"):
+      with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+    if path.endswith((".pt", ".pth")):
+      try:
+        import torch  # noqa: PLC0415
+      except ModuleNotFoundError:
+        raise ValueError(f"{path}: reading a PyTorch file needs PyTorch; or save its state dict as .npz "
+                         "(numpy.savez(path, **{k: v.numpy() for k, v in state.items()}))") from None
+      state = torch.load(path, map_location="cpu", weights_only=True)
+      return {k: v.float().numpy() for k, v in state.get("state_dict", state).items()}
+  except (OSError, ValueError, KeyError) as e:
+    if isinstance(e, ValueError) and str(e).startswith(path):
+      raise
+    raise ValueError(f"cannot read weights from {path}: {e}") from None
+  raise ValueError(f"{path}: a weights file must be .npz, .pt or .pth")
+
+
+def start_from(path: str, table: Table, image_size: int, fresh) -> dict:
+  """The parameters of `table` from the weights file at `path` (read), checked shaped and finite; a last layer of
+  another number of classes is made anew: `fresh`'s (fine-tuning on other classes)."""
+  state = read(path)
+  last = tuple(f"{table.weighted()[-1].name}.{leaf}" for leaf in ("weight", "bias"))
+  expected = torch_shapes(table, image_size)
+  if any(k in state and np.shape(state[k])[:1] != expected[k][:1] for k in last):
+    state = {k: v for k, v in state.items() if k not in last} | {k: to_torch(fresh, table)[k] for k in last}
+  return from_torch(state, table, image_size=image_size)
 
 
 def from_torch(state: dict, table: Table, *,

@@ -30,10 +30,13 @@ MODES = ("triton", "interpret")
 def triton_kernels():
   """The kernel modules, imported on first use: Triton reads TRITON_INTERPRET when it is first imported, so importing
   alexnet_jax must not import it (a test or script sets the variable first)."""
-  import triton_kernels.conv  # noqa: PLC0415
-  import triton_kernels.lrn  # noqa: PLC0415
-  import triton_kernels.pool  # noqa: PLC0415
-
+  try:
+    import triton_kernels.conv  # noqa: PLC0415
+    import triton_kernels.lrn  # noqa: PLC0415
+    import triton_kernels.pool  # noqa: PLC0415
+  except ModuleNotFoundError as e:  # a ValueError: the scripts report it in one line, as a config's
+    raise ValueError(f"the Triton kernels need {e.name}: pip install -e '.[gpu]' (or run with "
+                     "--config.kernel_backend=xla)") from None
   return triton_kernels
 
 
@@ -96,8 +99,11 @@ class KernelPrimitive:
 
   def _triton(self, avals, params):
     def run(*args):
-      import jax_triton  # noqa: PLC0415  (needs a CUDA jaxlib)
-
+      try:
+        import jax_triton  # noqa: PLC0415  (needs a CUDA jaxlib)
+      except ModuleNotFoundError:
+        raise ValueError("the Triton kernels on CUDA need jax-triton: pip install -e '.[gpu]' (or run with "
+                         "--config.kernel_backend=xla)") from None
       launch = self.spec.launch(*avals, **params)
       raw = jax_triton.triton_call(*args, kernel=launch.kernel, out_shape=self._raw_outputs(avals, params),
                                    grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,

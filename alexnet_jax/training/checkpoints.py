@@ -1,5 +1,6 @@
-"""Orbax checkpoints in <workdir>/checkpoints: the train state, and the input pipeline's position (JSON: the next
-batch and the data settings that give that index its meaning).
+"""Orbax checkpoints in <workdir>/checkpoints: the train state, the input pipeline's position (JSON: the next batch
+and the data settings that give that index its meaning), and the run's description (run.py's run.json), so that a
+checkpoint's directory says what it holds.
 
 Restoring tries the newest checkpoint first and falls back to older ones while a checkpoint cannot be read (a
 truncated file, a step directory emptied or left incomplete, metadata deleted, non-finite numbers), warning in one
@@ -91,7 +92,8 @@ def manager(workdir: str, config, create: bool = True) -> ocp.CheckpointManager:
   with _orbax_quiet(logging.WARNING):  # it warns of each step directory without metadata: restore() says more
     return ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), "checkpoints"),
-        item_handlers=dict(state=ocp.StandardCheckpointHandler(), data=ocp.JsonCheckpointHandler()),
+        item_handlers=dict(state=ocp.StandardCheckpointHandler(), data=ocp.JsonCheckpointHandler(),
+                           run=ocp.JsonCheckpointHandler()),
         options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep, create=create,
                                              read_only=not create))
 
@@ -116,9 +118,10 @@ def _saving(mngr: ocp.CheckpointManager):
                           "same command to resume from the last checkpoint") from None
 
 
-def save(mngr: ocp.CheckpointManager, step: int, state, data: dict) -> None:
+def save(mngr: ocp.CheckpointManager, step: int, state, data: dict, run: dict) -> None:
   with _saving(mngr):
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data),
+                                            run=ocp.args.JsonSave(run)))
 
 
 def wait(mngr: ocp.CheckpointManager) -> None:

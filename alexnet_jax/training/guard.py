@@ -45,18 +45,45 @@ class Interrupted(Exception):
     return 128 + self.signum  # the shell's convention for a process ended by a signal
 
 
-def step_health(step: jax.Array, loss: jax.Array) -> dict:
-  """A train step's metric for the guard: `nonfinite_from`, the step's number (counted from 1) if its loss is not
-  finite, else NEVER. The loss is already summed over the mesh, so this costs no collective; a non-finite gradient
-  shows up as a non-finite loss one step later, and in the state check before every save."""
-  return dict(nonfinite_from=jnp.where(jnp.isfinite(loss), NEVER, step + 1).astype(jnp.int32))
+def step_health(step: jax.Array, loss: jax.Array, grads) -> dict:
+  """A train step's metrics for the guard: `nonfinite_from`, the step's number (counted from 1) if its loss is not
+  finite, else NEVER; `grad_norm`, the global norm of the weights' (kernels') gradients. The loss is already summed
+  over the mesh, so this costs no collective; a non-finite gradient shows up as a non-finite loss one step later,
+  and in the state check before every save."""
+  kernels = [g["kernel"] for g in grads.values()]
+  return dict(nonfinite_from=jnp.where(jnp.isfinite(loss), NEVER, step + 1).astype(jnp.int32),
+              grad_norm=jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in kernels)))
+
+
+# How the metrics window combines a key over its steps: the first non-finite step, the largest gradient; else sums.
+_WINDOW = dict(nonfinite_from=jnp.minimum, grad_norm=jnp.maximum)
 
 
 def accumulate(sums: dict | None, metrics: dict) -> dict:
-  """The metrics window with one more step: sums, and the first non-finite step."""
+  """The metrics window with one more step (_WINDOW)."""
   if sums is None:
     return metrics
-  return {k: jnp.minimum(v, metrics[k]) if k == "nonfinite_from" else v + metrics[k] for k, v in sums.items()}
+  return {k: _WINDOW.get(k, jnp.add)(v, metrics[k]) for k, v in sums.items()}
+
+
+COLLAPSE_LOGS = 3  # consecutive logs that find the network collapsed before the run is stopped
+
+
+class Collapsed(ValueError):
+  """The network's outputs stopped depending on its input: every prediction the prior, no gradient left."""
+
+  def __init__(self, step: int, since: int, loss: float, classes: int):
+    super().__init__(
+        f"training collapsed: since step {since} the loss is ln {classes} = {loss:.4f}, the prediction for any image "
+        f"the same, and no weight receives a gradient (the ReLUs are dead); stopped at step {step}, as it will not "
+        "learn again. Try --config.weight_init=he, a lower --config.learning_rate or --config.warmup_epochs=1")
+    self.step, self.since = step, since
+
+
+def collapsed(window: dict, summary: dict, classes: int) -> bool:
+  """Whether a metrics window (fetched to the host; `summary` its per-example means) looks like a collapsed network:
+  the loss at ln(classes) — uniform predictions — and no gradient reaching any weight over the whole window."""
+  return abs(summary["loss"] - np.log(classes)) < 1e-3 * np.log(classes) and float(window["grad_norm"]) < 1e-12
 
 
 def first_nonfinite(window: dict | None) -> int | None:

@@ -16,9 +16,20 @@ from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
 from alexnet_jax.data.feed import Feed
 from alexnet_jax.data.placement import DevicePut, HostPut
-from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, workdirs
+from alexnet_jax.network import interchange
+from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, run, workdirs
 from alexnet_jax.training.metrics import MetricWriter
-from alexnet_jax.training.train import Setup, Stepping, TrainState, create_train_state, dataset_setup, eval_step, jitted
+from alexnet_jax.training.train import (
+  Setup,
+  Stepping,
+  TrainState,
+  create_train_state,
+  dataset_setup,
+  eval_step,
+  jitted,
+  make_setup,
+  train_state_init,
+)
 
 
 def stepping(config, setup: Setup) -> Stepping:
@@ -53,23 +64,34 @@ def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
   return summarise(total) | dict(count=int(total["count"]))
 
 
-def restore_newest(config, workdir: str):
-  """(setup, dataset, state) of the newest checkpoint in workdir, for the scripts that read a finished run."""
-  config = validate(config)
-  manager = checkpoints.existing(workdir, config)
-  dataset = get_dataset(config)
-  setup = dataset_setup(config, dataset)
+def run_setup(described: run.Run) -> Setup:
+  """The setup of a run from its description alone (run.json): its network, classes and statistics."""
+  return make_setup(described.config, len(described.classes), described.num_train, described.statistics.mean,
+                    described.statistics.std, table=described.table)
+
+
+def restore_newest(workdir: str, config=None) -> tuple[run.Run, Setup, TrainState]:
+  """(run, setup, state) of the newest checkpoint in workdir, for what reads a finished run; `config` (the run's,
+  with a reader's overrides) in place of the run's own."""
+  described = run.read(workdir)
+  if config is not None:
+    described = run.with_overrides(described, validate(config))
+  manager = checkpoints.existing(workdir, described.config)
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
-  state, _ = checkpoints.restore(manager, create_train_state(setup, jax.random.key(config.seed)))
-  return setup, dataset, state
+  setup = run_setup(described)
+  abstract = train_state_init(setup).eval_shape(jax.random.key(0))  # restore lays out into its shapes and places
+  state, _ = checkpoints.restore(manager, abstract)
+  return described, setup, state
 
 
-def evaluate_checkpoint(config, workdir: str, crops=(1, 10)) -> tuple[int, dict]:
+def evaluate_checkpoint(workdir: str, config=None, crops=(1, 10)) -> tuple[int, dict]:
   """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
-  setup, dataset, state = restore_newest(config, workdir)
+  described, setup, state = restore_newest(workdir, config)
+  dataset = get_dataset(described.config, statistics=described.statistics)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
-  return int(state.step), {c: evaluate(state, dataset, config, p_eval_step, setup.batch_rows, c) for c in crops}
+  return int(state.step), {c: evaluate(state, dataset, described.config, p_eval_step, setup.batch_rows, c)
+                           for c in crops}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -92,9 +114,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   start = int(state.step)
   if position is not None:
     check_position(position, data_position(config, dataset, start))
+  elif config.init_from:  # a new run: the weights of a file, not the random ones
+    state = state.replace(params=weights_from(config.init_from, setup, state.params))
+  described = run.describe(config, dataset, setup.net.table)
   writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
-  if writer and start == 0:
-    writer.write_config(config)
+  if writer:
+    run.write(workdir, described)
+    if start == 0:
+      writer.write_config(config)
   steps = stepping(config, setup)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
   print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
@@ -106,6 +133,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
+  collapse, dead_logs, dead_since = None, 0, None  # guard.Collapsed, once COLLAPSE_LOGS logs in a row say so
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
                   disable=not distributed.is_writer())
   for step in range(start, setup.total_steps):
@@ -120,16 +148,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     if done % config.log_every_steps == 0 or done == setup.total_steps:
       window = jax.device_get(sums)
       train = summarise(window)
-      train |= dict(learning_rate=float(lr), steps_per_sec=(done - logged) / (time.time() - t0),
-                    skipped_images=skipped)
+      train |= dict(learning_rate=float(lr), grad_norm=float(window["grad_norm"]),
+                    steps_per_sec=(done - logged) / (time.time() - t0), skipped_images=skipped)
       if writer:
         writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
-      sums, t0, logged = None, time.time(), done
       if (bad := guard.first_nonfinite(window)) is not None:
         diverged = bad, "a non-finite loss"
-    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not (diverged or signalled)
-    saving = (done % config.checkpoint_every_steps == 0 or done == setup.total_steps or signalled) and not diverged
+      dead = guard.collapsed(window, train, dataset.num_classes)
+      dead_logs, dead_since = (dead_logs + 1, dead_since or logged + 1) if dead else (0, None)
+      if dead_logs == guard.COLLAPSE_LOGS:
+        collapse = guard.Collapsed(done, dead_since, train["loss"], dataset.num_classes)
+      sums, t0, logged = None, time.time(), done
+    stopping = diverged or collapse
+    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not (stopping or signalled)
+    saving = (done % config.checkpoint_every_steps == 0 or done == setup.total_steps or signalled) and not stopping
     if saving and not guard.all_finite(state):  # never write a non-finite state
       saving, diverged = False, (done, "a non-finite state")
     if evaluating or saving:
@@ -142,11 +175,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
                 f"top-5 {eval_metrics['top5']:.4f}")
     if saving:
-      checkpoints.save(manager, done, held, data_position(config, dataset, done))
+      checkpoints.save(manager, done, held, data_position(config, dataset, done), described)
     if evaluating or saving:
       t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
-    if diverged or signalled:
+    if diverged or collapse or signalled:
       break
   bar.close()
   batches_on_device.close()  # stops its thread and the worker processes, if any
@@ -155,6 +188,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     writer.close()
   if diverged:
     raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
+  if collapse:
+    raise collapse
   if signalled:
     raise guard.Interrupted(signalled, done, manager.directory)
   state = steps.leave(state)
@@ -190,6 +225,15 @@ def check_position(saved: dict, now: dict) -> None:
   if changed:
     raise DataError(f"the checkpoint's input position does not fit this run ({'; '.join(changed)}): resume with the "
                     "data settings it was written with, or train in a new --workdir")
+
+
+def weights_from(path: str, setup: Setup, params):
+  """`params` (on the mesh) replaced by those of a weights file in the PyTorch/Caffe layout, placed like them; a last
+  layer of another number of classes stays as `params` made it (interchange.start_from)."""
+  fresh = multihost_utils.process_allgather(params, tiled=True)
+  loaded = interchange.start_from(path, setup.net.table, setup.image_size, fresh)
+  return jax.tree.map(lambda x, like: jax.make_array_from_callback(like.shape, like.sharding, lambda i: x[i]),
+                      loaded, params)
 
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:

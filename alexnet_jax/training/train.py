@@ -19,12 +19,13 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from alexnet_jax.config import MAX_STEPS
 from alexnet_jax.data import device_augment
 from alexnet_jax.data.placement import Rows
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network
-from alexnet_jax.network.table import get_network
+from alexnet_jax.network.table import Table, get_network
 from alexnet_jax.training import guard
 
 
@@ -49,11 +50,15 @@ class Setup:
   image_size: int  # the crop the network sees, cut on the device from the stored images
   mean: tuple  # the dataset's RGB statistics, [0, 1] units
   std: tuple
+  label_smoothing: float = 0.0  # the targets' share spread over every class
 
 
-def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std=IMAGENET.std) -> Setup:
-  table = get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
-                      lrn_alpha_over_n=config.lrn_alpha_over_n)
+def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std=IMAGENET.std,
+               table: Table | None = None) -> Setup:
+  """The setup of `config` for a dataset of `num_classes`, `num_train` examples and these statistics; `table` in
+  place of the registered network's (a run's own, from its run.json)."""
+  table = table or get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
+                               lrn_alpha_over_n=config.lrn_alpha_over_n)
   if table.towers != config.towers:
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
   mesh = sharding.make_mesh(config.mesh.model, config.mesh.data)
@@ -68,15 +73,29 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
   spread = config.gather_input or config.dataset.decoder == "gpu"
   rows = Rows(mesh, ("data", "model") if spread else plan.input_axes)
   steps_per_epoch = max(1, num_train // config.batch_size)
-  total_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
-  # The paper divides the learning rate by 10 three times; boundaries are given in epochs.
-  schedule = optax.piecewise_constant_schedule(
-      config.learning_rate, {int(e * steps_per_epoch): 0.1 for e in config.lr_drop_epochs})
-  # Decay is added to the gradient before momentum, as in the paper's update rule.
-  tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
-                   optax.sgd(schedule, momentum=config.momentum))
-  return Setup(net, mesh, plan, rows, tx, schedule, total_steps, config.image_size, tuple(map(float, mean)),
-               tuple(map(float, std)))
+  total_steps = math.ceil(config.num_epochs * steps_per_epoch)
+  if total_steps > MAX_STEPS or max((*config.lr_drop_epochs, config.warmup_epochs)) * steps_per_epoch > MAX_STEPS:
+    raise ValueError(f"config.num_epochs, lr_drop_epochs and warmup_epochs must stay within {MAX_STEPS:,} steps "
+                     f"({steps_per_epoch:,} an epoch here)")
+  tx = optax.chain(optax.add_decayed_weights(config.weight_decay),  # added before momentum, as the paper's rule
+                   optax.sgd(schedule := learning_rates(config, steps_per_epoch, max(1, total_steps)),
+                             momentum=config.momentum))
+  return Setup(net, mesh, plan, rows, tx, schedule, max(1, total_steps), config.image_size,
+               tuple(map(float, mean)), tuple(map(float, std)), config.label_smoothing)
+
+
+def learning_rates(config, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
+  """The paper's: config.learning_rate divided by 10 after each of lr_drop_epochs; or (lr_schedule 'cosine')
+  decayed to 0 over the run; either after a linear warm-up over warmup_epochs."""
+  if config.lr_schedule == "steps":
+    base = optax.piecewise_constant_schedule(
+        config.learning_rate, {int(e * steps_per_epoch): 0.1 for e in config.lr_drop_epochs})
+  else:
+    base = optax.cosine_decay_schedule(config.learning_rate, total_steps)
+  warmup = int(config.warmup_epochs * steps_per_epoch)
+  if not warmup:
+    return base
+  return lambda step: base(step) * jnp.minimum(1.0, (step + 1) / warmup)
 
 
 def dataset_setup(config, dataset) -> Setup:
@@ -179,7 +198,11 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   def loss_fn(params):
     logits = forward(params, model_input(setup, batch, place=not pmap_axis), key, True)
     with jax.named_scope("loss"):
-      loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+      if setup.label_smoothing:
+        targets = optax.smooth_labels(jax.nn.one_hot(labels, logits.shape[-1]), setup.label_smoothing)
+        loss = optax.softmax_cross_entropy(logits, targets).mean()
+      else:
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     return loss, logits
 
   (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
@@ -191,7 +214,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
     metrics = lax.psum(metrics, pmap_axis)
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"])
+  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], grads)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
@@ -200,25 +223,28 @@ def _named_pmean(name: str, tree, axis: str):
     return lax.pmean(tree, axis)
 
 
-def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
-  """Metrics of one evaluation batch of stored images (N, S, S, 3), on their centre crops (crops=1) or the paper's 10
-  crops, cut on the device; 10 crops are scored by their mean softmax (the loss is then the cross-entropy of that
-  mean)."""
-  forward, s = logits_fn(setup), setup.image_size
-  with jax.named_scope("labels"):
-    labels, mask = (_placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))
+def class_log_probs(setup: Setup, params, images: jax.Array, crops: int = 1) -> jax.Array:
+  """log p(class | image) (N, classes) for stored uint8 images (N, S, S, 3): of their centre crops (crops=1), or the
+  log of the mean softmax of the paper's 10 crops (corners, centre and mirrors), cut on the device."""
+  forward, key = logits_fn(setup), jax.random.key(0)  # no dropout outside training: the key is unused
   if crops == 1:
-    images = eval_input(setup, batch["image"])
-    return metrics_of(forward(state.params, images, jax.random.key(0), False), labels, mask)
+    return jax.nn.log_softmax(forward(params, eval_input(setup, images), key, False).astype(jnp.float32))
   if crops != 10:
     raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
-  n = batch["image"].shape[0]
+  n, s = images.shape[0], setup.image_size
   with jax.named_scope("input"):
-    tens = _placed(setup, device_augment.ten_crops(batch["image"], s), setup.plan.input_axes)
-    images = device_augment.normalise(tens, None, setup.mean, setup.std).reshape(n * crops, s, s, 3)
-  probs = jax.nn.softmax(forward(state.params, images, jax.random.key(0), False).astype(jnp.float32))
-  probs = probs.reshape(n, crops, -1).mean(1)
-  return metrics_of(jnp.log(probs + 1e-30), labels, mask)  # finite loss where a mean is 0
+    tens = _placed(setup, device_augment.ten_crops(images, s), setup.plan.input_axes)
+    tens = device_augment.normalise(tens, None, setup.mean, setup.std).reshape(n * crops, s, s, 3)
+  probs = jax.nn.softmax(forward(params, tens, key, False).astype(jnp.float32)).reshape(n, crops, -1).mean(1)
+  return jnp.log(probs + 1e-30)  # finite where a mean is 0
+
+
+def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
+  """Metrics of one evaluation batch of stored images (N, S, S, 3) on `crops` (class_log_probs); 10 crops are
+  scored by their mean softmax, the loss then the cross-entropy of that mean."""
+  with jax.named_scope("labels"):
+    labels, mask = (_placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))
+  return metrics_of(class_log_probs(setup, state.params, batch["image"], crops), labels, mask)
 
 
 @dataclasses.dataclass(frozen=True)
