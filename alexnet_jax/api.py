@@ -22,7 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from alexnet_jax.config import validate
+from alexnet_jax.config import apply_process_settings, validate
 from alexnet_jax.data import augment, get_dataset, sources
 from alexnet_jax.training import loop, run
 from alexnet_jax.training.train import class_log_probs, eval_step
@@ -43,7 +43,12 @@ def get_config(name: str) -> ml_collections.ConfigDict:
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config` in `workdir` (resuming what is there), as scripts/train.py; returns the final eval metrics.
-  config.cpu_devices takes effect only before JAX's first computation in this process."""
+  config.cpu_devices (the simulated CPU devices) takes effect only before JAX's first computation in the process:
+  after it, the devices JAX made are used."""
+  try:
+    apply_process_settings(config)
+  except RuntimeError:  # JAX has computed already: its devices stay
+    pass
   return loop.train_and_evaluate(config, workdir)
 
 

@@ -135,6 +135,9 @@ def run(main, required=()) -> None:
     return main(argv)
 
   logging.set_verbosity(logging.WARNING)  # orbax and JAX log at INFO what a script's own lines say better
+  for stream in (sys.stdout, sys.stderr):  # a terminal or pipe in ASCII gets \u2248 for ≈, not an error
+    if hasattr(stream, "reconfigure"):
+      stream.reconfigure(errors="backslashreplace")
   try:
     app.run(main_or_show, flags_parser=parse_flags)
   except KeyboardInterrupt:

@@ -15,6 +15,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from alexnet_jax import export
 from alexnet_jax.data import eval_batches, get_dataset, procedural, train_batches
@@ -85,6 +86,23 @@ def test_script_exports_inference_on_one_device_for_any_batch_that_runs_here_lik
   assert loaded.facts["mean"] == pytest.approx(np.asarray(get_dataset(config).statistics.mean).tolist())
   images = np.concatenate([b["image"] for b in itertools.islice(eval_batches(get_dataset(config), 4), 2)])[:7]
   assert_same(loaded.exported.call(images), live_logits(setup, state, images))  # 7 images: any batch
+
+
+def test_predict_classifies_image_files_with_an_artifact_as_with_its_run(run, tmp_path):
+  workdir, _, _, _ = run
+  out = str(tmp_path / "model.jaxexport")
+  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", out], cwd=ROOT, check=True,
+                 capture_output=True, timeout=300)
+  for i, shape in enumerate(((80, 100, 3), (64, 64))):  # any size, colour or grey
+    Image.fromarray(np.random.default_rng(i).integers(0, 256, shape, np.uint8)).save(tmp_path / f"{i}.png")
+  outputs = [subprocess.run([sys.executable, "scripts/predict.py", *source, str(tmp_path), "--top=3"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300) for source in (["--artifact", out],
+                                                                                        ["--workdir", workdir])]
+  assert all(o.returncode == 0 for o in outputs), [o.stderr[-2000:] for o in outputs]
+  by_artifact, by_run = ([line.split(": ") for line in o.stdout.strip().splitlines()] for o in outputs)
+  assert [p for p, _ in by_artifact] == [str(tmp_path / f"{i}.png") for i in range(2)]
+  for (_, a), (_, r) in zip(by_artifact, by_run):  # the same classes, the same probabilities to 3 decimals
+    assert a == r and len(a.split(", ")) == 3 and a.split()[0] in procedural.CLASS_NAMES
 
 
 def test_a_damaged_artifact_is_refused_in_one_line(run, tmp_path):

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from alexnet_jax.network import sharding
+from alexnet_jax.config import paper_config
+from alexnet_jax.network import interchange, sharding
 from alexnet_jax.network.interchange import from_torch, to_torch, torch_shapes
 from alexnet_jax.network.model import Network
 from alexnet_jax.network.table import alexnet
+from alexnet_jax.training import loop, train
 
 TORCHVISION_STYLE = {
     "conv1.weight": (96, 3, 11, 11), "conv1.bias": (96,),
@@ -251,3 +253,54 @@ def test_to_torch_names_missing_and_unknown_layers():
   params["fc8"]["bias"] = np.zeros((2, 5), np.float32)
   with pytest.raises(ValueError, match=r"fc8: expected a 3-d kernel and bias \(10,\), got kernel \(2, 512, 10\)"):
     to_torch(params, table)
+
+
+def small_setup(classes: int):
+  config = paper_config()
+  config.width, config.image_size, config.weight_init, config.mesh.model = 0.0625, 64, "he", 2
+  return config, train.make_setup(config, classes, 1000)
+
+
+def test_a_run_starts_from_a_weights_file_and_makes_the_last_layer_anew_for_other_classes(tmp_path):
+  _, setup10 = small_setup(10)
+  trained = train.create_train_state(setup10, jax.random.key(5)).params  # "pretrained": another draw
+  path = str(tmp_path / "weights.npz")
+  np.savez(path, **to_torch(trained, setup10.net.table))
+  _, setup5 = small_setup(5)
+  fresh = train.create_train_state(setup5, jax.random.key(0)).params
+  started = loop.weights_from(path, setup5, fresh)
+  for name in ("conv1", "conv3", "fc7"):  # the file's, placed as the run places them
+    np.testing.assert_array_equal(np.asarray(started[name]["kernel"]), np.asarray(trained[name]["kernel"]))
+    assert started[name]["kernel"].sharding == fresh[name]["kernel"].sharding
+  np.testing.assert_array_equal(np.asarray(started["fc8"]["kernel"]), np.asarray(fresh["fc8"]["kernel"]))  # anew
+
+
+def test_training_from_a_weights_file_begins_with_its_weights(tmp_path):
+  config, setup = small_setup(10)
+  trained = train.create_train_state(setup, jax.random.key(5)).params
+  np.savez(tmp_path / "w.npz", **to_torch(trained, setup.net.table))
+  config.dataset.name, config.dataset.num_train_examples, config.dataset.num_eval_examples = "procedural", 8, 8
+  config.batch_size, config.eval_batch_size, config.num_epochs = 8, 8, 1.0
+  config.learning_rate, config.weight_decay, config.init_from = 1e-12, 0.0, str(tmp_path / "w.npz")
+  workdir = str(tmp_path / "run")
+  loop.train_and_evaluate(config, workdir)
+  _, _, state = loop.restore_newest(workdir)
+  for name, p in trained.items():  # one step of a vanishing learning rate later
+    np.testing.assert_allclose(np.asarray(state.params[name]["kernel"]), np.asarray(p["kernel"]), atol=1e-6)
+
+
+def test_weights_that_are_not_finite_are_refused_naming_the_key(tmp_path):
+  _, setup = small_setup(10)
+  state = to_torch(train.create_train_state(setup, jax.random.key(0)).params, setup.net.table)
+  bad = dict(state, **{"conv2.weight": np.where(np.arange(state["conv2.weight"].size).reshape(
+      state["conv2.weight"].shape) == 3, np.nan, state["conv2.weight"])})
+  with pytest.raises(ValueError, match="conv2.weight: holds 1 values that are not finite in float32"):
+    from_torch(bad, setup.net.table, image_size=64)
+  huge = dict(state, **{"fc6.bias": np.full(state["fc6.bias"].shape, 1e300, np.float64)})
+  with pytest.raises(ValueError, match=r"fc6.bias: holds [\d,]+ values that are not finite in float32"):
+    from_torch(huge, setup.net.table, image_size=64)
+  np.savez(tmp_path / "bad.npz", **bad)
+  with pytest.raises(ValueError, match="conv2.weight: holds 1 values"):
+    loop.weights_from(str(tmp_path / "bad.npz"), setup, train.create_train_state(setup, jax.random.key(0)).params)
+  with pytest.raises(ValueError, match="a weights file must be .npz, .pt or .pth"):
+    interchange.read(str(tmp_path / "w.bin"))

@@ -21,6 +21,8 @@ from PIL import Image
 
 from alexnet_jax.config import KEYS, describe, paper_config, validate
 from alexnet_jax.data import DataError, decode, sources
+from alexnet_jax.network import table
+from alexnet_jax.network.table import Layer, Table
 from alexnet_jax.training import checkpoints, guard, loop, metrics, train, workdirs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +90,31 @@ def template():
   return train.create_train_state(setup, jax.random.key(7))
 
 
-# Divergence.
+# Divergence, and a network that no longer learns.
+
+@table.register("dead_relu_test_net")
+def dead_net(*, num_classes, width, towers, lrn_alpha_over_n):
+  """conv1's biases so negative that no ReLU after it ever fires: the paper's recipe's collapse, from step 1."""
+  del width, lrn_alpha_over_n
+  return Table((Layer("conv1", "conv", filters=8, size=5, stride=2, bias_init=-100.0),
+                Layer("pool1", "pool", size=3, stride=2), Layer("fc2", "fc", filters=16, inputs="all"),
+                Layer("fc3", "fc", filters=num_classes, split="sum", relu=False)), towers)
+
+
+def test_a_collapsed_network_stops_in_one_line_with_what_to_try(tmp_path):
+  config = tiny_config(network="dead_relu_test_net", weight_init="paper", log_every_steps=1, num_epochs=1.0)
+  with pytest.raises(guard.Collapsed, match=r"^training collapsed: since step 1 the loss is 2.30\d\d ≈ ln 10, .* "
+                     r"stopped at step 3, .* Try --config.weight_init=he, a lower --config.learning_rate or "
+                     r"--config.warmup_epochs=1$"):
+    loop.train_and_evaluate(config, str(tmp_path))
+  rows = strict_rows(tmp_path / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2, 3] and all(r["grad_norm"] == 0 for r in rows)
+  assert not os.listdir(tmp_path / "checkpoints")  # nothing worth keeping was saved
+  # A live network does not: the same steps of the tiny net log a gradient.
+  healthy = tiny_config(log_every_steps=1, num_epochs=0.3)
+  loop.train_and_evaluate(healthy, str(tmp_path / "healthy"))
+  assert all(r["grad_norm"] > 0 for r in strict_rows(tmp_path / "healthy" / "metrics.jsonl") if r["split"] == "train")
+
 
 @pytest.mark.parametrize("seen_in", ["loss", "state"])
 def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, seen_in):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from alexnet_jax.config import paper_config, validate
+from alexnet_jax.config import KEYS, paper_config, validate
 from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, placement, train_batches
 from alexnet_jax.training import loop, train
 
@@ -276,3 +276,52 @@ def test_every_script_reports_a_mistyped_config_key_in_one_line(tmp_path, demo_r
   assert run.returncode != 0
   assert run.stderr.strip().splitlines()[-1].startswith("error: bad flag: ")
   assert "lerning_rate" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_learning_rate_schedules_beside_the_paper_s():
+  config = demo_config(learning_rate=0.1, lr_drop_epochs=(1.0,), warmup_epochs=0.5)
+  rates = train.learning_rates(config, steps_per_epoch=10, total_steps=20)
+  assert [round(float(rates(s)), 6) for s in (0, 4, 5, 9, 10, 19)] == [0.02, 0.1, 0.1, 0.1, 0.01, 0.01]
+  config.lr_schedule, config.warmup_epochs = "cosine", 0.0
+  rates = train.learning_rates(config, steps_per_epoch=10, total_steps=20)
+  assert [round(float(rates(s)), 6) for s in (0, 10, 20)] == [0.1, 0.05, 0.0]
+  with pytest.raises(ValueError, match="must stay within 2,147,483,647 steps"):
+    train.make_setup(demo_config(lr_drop_epochs=(1e6,)), 10, 10**8)
+
+
+def test_label_smoothing_spreads_the_targets():
+  # fc8's bias gradient is the batch's mean of softmax − target: with smoothing α the target is (1 − α)·onehot + α/C.
+  config = demo_config(batch_size=8, label_smoothing=0.1, weight_decay=0.0, momentum=0.0)
+  setup = train.make_setup(config, 10, 4800)
+  state = train.create_train_state(setup, jax.random.key(0))
+  batch = setup.batch_rows.put(first_batch(config, 8))
+  key = jax.random.key(1)
+  new, _ = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
+  logits = train.logits_fn(setup)(state.params, train.model_input(setup, batch), jax.random.fold_in(key, 0), True)
+  targets = 0.9 * jax.nn.one_hot(batch["label"], 10) + 0.1 / 10
+  want = np.asarray(jax.nn.softmax(logits) - targets).mean(0)
+  got = (np.asarray(state.params["fc8"]["bias"]) - np.asarray(new.params["fc8"]["bias"])) / config.learning_rate
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_the_python_page_runs_as_written(tmp_path):
+  page = open(os.path.join(ROOT, "docs", "python.md")).read()
+  code = page.split("```python\n", 1)[1].split("```", 1)[0]
+  run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+  assert run.returncode == 0, run.stderr[-3000:]
+  lines = run.stdout.splitlines()[run.stdout.splitlines().index(next(
+      line for line in run.stdout.splitlines() if line.startswith("held-out top-1 "))):]  # training's own lines before
+  assert lines[1].startswith("10 classes: grating_") and len(lines) == 7  # and a line per image
+  assert lines[-1].startswith("{'loss': ") and "'count': 200" in lines[-1]
+
+
+def test_help_names_the_config_and_show_config_lists_every_key():
+  run = subprocess.run([sys.executable, "scripts/train.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+  assert run.returncode == 0 and "--config: a configs/*.py file" in run.stdout and "--[no]show_config" in run.stdout
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", "configs/demo.py", "--config.width=0.5",
+                        "--show_config"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr
+  assert "width                      = 0.5" in run.stdout and "a number in [0.001, 64]: scales" in run.stdout
+  assert len(run.stdout.splitlines()) == 2 * len(KEYS)

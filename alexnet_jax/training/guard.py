@@ -74,9 +74,9 @@ class Collapsed(ValueError):
 
   def __init__(self, step: int, since: int, loss: float, classes: int):
     super().__init__(
-        f"training collapsed: since step {since} the loss is ln {classes} = {loss:.4f}, the prediction for any image "
-        f"the same, and no weight receives a gradient (the ReLUs are dead); stopped at step {step}, as it will not "
-        "learn again. Try --config.weight_init=he, a lower --config.learning_rate or --config.warmup_epochs=1")
+        f"training collapsed: since step {since} the loss is {loss:.4f} ≈ ln {classes}, the same prediction for every "
+        f"image, and no weight receives a gradient (the ReLUs are dead); stopped at step {step}, as it will not learn "
+        "again. Try --config.weight_init=he, a lower --config.learning_rate or --config.warmup_epochs=1")
     self.step, self.since = step, since
 
 
