@@ -15,14 +15,14 @@ jax-triton compiles a kernel for one shape) or of the size given:
   eval_step scores them; input 'chwn': (3, image_size, image_size, N) float32, already normalised: the network alone.
 - 'train_step': train.train_step, (state, batch, key) → (state, metrics) for experiments, with the state a
   train.TrainState (parameters and momentum as create_train_state lays them out), the batch the training batch of
-  the pipeline's contract (README, Data) and key a PRNG key.
+  the pipeline's contract (docs/data.md) and key a PRNG key.
 
 Both are traced on the config's mesh: an artifact runs on as many devices as that mesh has (scripts/export.py makes
 one-device artifacts unless told otherwise: the same numbers). What differs between platforms (the Triton
 kernels on CUDA under kernel_backend 'auto', a float32 reduce-scatter on CPU) is chosen by the platform each program
 is lowered for, so every platform's program in an artifact carries only its own choices. An artifact for cuda with
 the kernels inside can only be made beside a CUDA GPU: jax-triton compiles each kernel, at export, to PTX for that
-GPU's compute capability, which the artifact then needs (README, Export).
+GPU's compute capability, which the artifact then needs (docs/export.md).
 
 Importing this module registers the pytree types of a train step's state for serialisation: import it before
 `jax.export.deserialize` of a train step (`load` does).
@@ -88,7 +88,7 @@ def check_platforms(platforms, backend: str) -> tuple[str, ...]:
 
 def _disabled_checks(platforms, backend: str) -> list:
   """jax.export refuses custom calls it does not know to be stable. Our kernels' call carries each kernel compiled
-  for the exporting GPU in its payload, so a cuda artifact is tied to that compute capability (README), not to a
+  for the exporting GPU in its payload, so a cuda artifact is tied to that compute capability (docs/export.md), not to a
   jaxlib's internals: that is the check waived, and only where the kernels go into a cuda lowering."""
   if "cuda" in platforms and backend in ("auto", "triton"):
     return [jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)]

@@ -26,7 +26,7 @@ process of its own
 Latency ("blocked"): as many steps, each waited for. MFU: train FLOPs per image × images/s ÷ (--peak_tflops × the
 system's devices), the FLOPs counted from the layer table (systems.train_flops_per_image: 3 × 2 × the conv and fc
 multiply-adds, 4.35 GFLOP for the paper's net at 224; pools, LRN and the update left out) against the peak the flag
-states (790 TFLOP/s: the figure issue 10 takes for an H200's dense bf16). XLA's own count (cost_analysis of the
+states (790 TFLOP/s: an H200's dense bf16 as measured, docs/BENCHMARKS.md). XLA's own count (cost_analysis of the
 compiled step, which cannot see inside our Triton kernels) is in the JSON as xla_flops_per_device. Memory per
 device: "step" is what XLA's analysis of the compiled step says it holds (arguments + outputs + temporaries −
 donated buffers reused), "peak" the allocator's peak while the process built and ran it (compilation's autotuning
@@ -68,7 +68,7 @@ flags.DEFINE_list("per_device_batches", [], "batch sizes per device to time, ins
 flags.DEFINE_list("devices", [], "device counts to time each system on, the first N devices (default: all)")
 flags.DEFINE_integer("steps", 20, "steps per timed window")
 flags.DEFINE_integer("windows", 5, "timed windows of back-to-back steps")
-flags.DEFINE_float("peak_tflops", 790.0, "peak TFLOP/s of one device for MFU (790: an H200's bf16, as issue 10)")
+flags.DEFINE_float("peak_tflops", 790.0, "peak TFLOP/s of one device for MFU (790: an H200's bf16)")
 flags.DEFINE_bool("separate", True, "run each system × dtype × batch in a process of its own")
 flags.DEFINE_string("compilation_cache", None, "directory of JAX's persistent compilation cache, XLA's per-fusion "
                     "autotuning results with it, shared by the rows' processes: a row compiles faster where an "

@@ -9,7 +9,7 @@ operand and result dtypes — a bfloat16 step whose convolutions are float32 run
 runs every bfloat16 convolution in float32) — every
 transpose and layout-changing copy of at least --min_bytes, by layer and pass (what XLA's layout assignment could
 not avoid: on a GPU, NHWC↔NCHW around the convolutions), and every scatter (select-and-scatter is max-pool's own
-gradient; the loss's gradient of its labels' logits is one too). For `kernel_backend=xla` against `plain` (issue 10):
+gradient; the loss's gradient of its labels' logits is one too). For `kernel_backend=xla` against `plain`:
 the same convolution dtypes, no more layout changes and no scatter from the pools. Prints a table; writes JSON.
 """
 

@@ -2,7 +2,7 @@
 
 Several processes run the same command, each with --config.distributed.process_id=I (and the run's
 --config.distributed.coordinator=HOST:PORT and num_processes=N), or under Slurm/Open MPI with
---config.distributed.detect=true: README, Multi-host."""
+--config.distributed.detect=true: docs/multihost.md."""
 
 import gc
 import os
@@ -26,7 +26,7 @@ def main(argv):
 
   workdir = flags.FLAGS.workdir or os.path.join("runs", cli.config_name())
   try:
-    distributed.initialize(config)  # a run of several processes (README, Multi-host); nothing for one
+    distributed.initialize(config)  # a run of several processes (docs/multihost.md); nothing for one
     metrics = train_and_evaluate(config, workdir)
   except ValueError as e:  # bad config, data, checkpoint or workdir, or divergence: one line, no traceback
     metrics, line, status = None, f"error: {e}", 1

@@ -203,3 +203,17 @@ def test_refusals_are_one_clear_line(run):
   assert done.stderr.strip().splitlines()[-1].startswith(
       "error: exporting the Triton kernels for cuda needs a CUDA GPU here")
   assert not os.path.exists(os.path.join(ROOT, "unused.jaxexport"))
+
+
+def test_the_loading_snippet_of_the_export_page_runs_on_a_one_device_host(run, tmp_path):
+  workdir = run[0]
+  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", str(tmp_path / "demo.jaxexport")],
+                 cwd=ROOT, check=True, capture_output=True, timeout=300)
+  page = open(os.path.join(ROOT, "docs", "export.md")).read()
+  code = page.split("```python\n", 1)[1].split("```", 1)[0]
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | dict(PYTHONPATH=ROOT)  # JAX's own defaults
+  done = subprocess.run([sys.executable, "-c", "import jax; assert jax.device_count() == 1\n" + code], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=300, env=env)
+  assert done.returncode == 0, done.stderr[-3000:]
+  names = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307  (the snippet prints a list of class names)
+  assert len(names) == 3 and set(names) <= set(procedural.CLASS_NAMES)

@@ -1,4 +1,4 @@
-"""What happens when things go wrong (README): divergence, unreadable checkpoints, preemption, odd images, broken
+"""What happens when things go wrong (docs/reliability.md): divergence, unreadable checkpoints, preemption, odd images, broken
 metrics files, busy or unusable workdirs, broken config files: each stops or recovers with one clear line."""
 
 import errno

@@ -2,7 +2,7 @@
 batch per device (the paper's towers × data parallelism over the pairs, the hybrid over all of them), its compiled
 collectives are the placement plan's, and scripts/scaling_report.py tables and plots the rows. (Every layout with
 each backend, interpret's Triton kernels included, on 4 and 8 devices takes minutes: run by hand, as
-docs/scaling_h200.md says.)"""
+docs/results/scaling_h200.md says.)"""
 
 import json
 import os

@@ -1,7 +1,7 @@
 """Several processes, on one host or many: jax.distributed set up from the config or the environment.
 
 A run of N processes starts the same command N times, each with its own process id, all naming process 0's address
-(README, Multi-host). Each process then drives its own devices; every process computes every step, process 0 alone
+(docs/multihost.md). Each process then drives its own devices; every process computes every step, process 0 alone
 writes metrics, TensorBoard files and pictures, and orbax writes checkpoints from all of them together.
 """
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 NEVER = np.iinfo(np.int32).max  # `nonfinite_from` of a window whose every loss was finite
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C, a closed terminal or session
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C, a closed terminal
 
 
 class Diverged(ValueError):
