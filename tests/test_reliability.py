@@ -1,5 +1,6 @@
-"""What happens when things go wrong (docs/reliability.md): divergence, unreadable checkpoints, preemption, odd images, broken
-metrics files, busy or unusable workdirs, broken config files: each stops or recovers with one clear line."""
+"""What happens when things go wrong (docs/reliability.md): divergence, a collapsed network, unreadable checkpoints,
+preemption, odd images, broken metrics files, busy or unusable workdirs, broken config files: each stops or recovers
+with one clear line."""
 
 import errno
 import json
