@@ -252,4 +252,19 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
+  _check_image_size(config)
   return config
+
+
+def _check_image_size(config) -> None:
+  """One line for an image too small for the network's windows, before any data is read at that size."""
+  from alexnet_jax.network.shapes import layer_shapes  # noqa: PLC0415
+  from alexnet_jax.network.table import get_network  # noqa: PLC0415
+
+  table = get_network(config.network, num_classes=max(2, config.dataset.num_classes), width=config.width,
+                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  try:
+    layer_shapes(table, config.image_size)
+  except ValueError as e:
+    raise ValueError(f"config.image_size={config.image_size} is too small for network {config.network!r}: {e}") \
+        from None

@@ -2,17 +2,19 @@
 JPEGs, the procedural set; the CPU decoder against PIL; resume, determinism, sharding and bad data."""
 
 import dataclasses
+import functools
 import io
 import logging
 import os
 import signal
 
+import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from alexnet_jax.config import paper_config
+from alexnet_jax.config import paper_config, validate
 from alexnet_jax.data import (
   DataError,
   augment,
@@ -26,6 +28,9 @@ from alexnet_jax.data import (
 )
 from alexnet_jax.data.pipeline import make_dataset
 from alexnet_jax.data.placement import Rows
+from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.network.table import get_network
+from alexnet_jax.training import loop, train
 
 
 def data_config(name, **dataset):
@@ -67,7 +72,7 @@ def test_imagenet2012_through_tfds_data_source(imagenet):
   assert batch["label"].dtype == np.int32 and ((0 <= batch["label"]) & (batch["label"] < 1000)).all()
   assert batch["shift"].shape == (8, 3) and 0 < np.abs(batch["shift"]).max() < 0.2  # σ 0.1 × λ ≤ 0.22
   batches = list(eval_batches(imagenet, 10))
-  assert list(batches[0]) == ["image", "label", "mask"]
+  assert list(batches[0]) == ["image", "label", "mask", "unreadable"]
   assert [b["mask"].sum() for b in batches] == [10, 10, 4]
   assert batches[-1]["image"].shape == (10, 40, 40, 3)
   # Full-size images are stored on the fly: shorter side 40, the central 40×40 patch.
@@ -133,6 +138,31 @@ def test_image_folder_skips_and_counts_an_unreadable_image(folder, caplog):
   assert [b["label"].tolist() for b in eval_batches(data, 4)] == [[0, 0, 1, 1]]
 
 
+def test_evaluation_counts_each_readable_image_once_and_the_unreadable_apart(folder):
+  (folder / "val" / "dog" / "5_broken.jpg").write_bytes(b"not a jpeg")  # the split's last: its stand-in is the first
+  config = data_config("folder", data_dir=str(folder), eval_split="val", threads=1, resize=72)
+  config.update(dict(width=0.0625, image_size=64, eval_batch_size=8, mesh=dict(model=1, data=1)))
+  data = get_dataset(config)
+  (batch,) = list(eval_batches(data, 8))
+  assert batch["mask"].tolist() == [True] * 4 + [False] * 4 and batch["unreadable"] == 1
+  setup = train.dataset_setup(config, data)
+  state = train.create_train_state(setup, jax.random.key(0))
+  p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
+  metrics = loop.evaluate(state, data, config, p_eval_step, setup.batch_rows)
+  assert metrics["count"] == 4 and metrics["unreadable"] == 1
+
+
+def test_a_label_outside_the_classes_stops_naming_the_image(folder):
+  data = get_dataset(data_config("folder", data_dir=str(folder), eval_split="val", threads=1))
+  data.train.source.labels[3] = 7  # as a corrupt or foreign store would hold it
+  with pytest.raises(DataError, match=rf"image {folder}/train/cat/3.jpg has label 7, not one of the 2 classes "
+                     r"\[0, 1\]"):
+    data.train.batch(np.arange(5))
+  data.train.source.labels[3] = -1
+  with pytest.raises(DataError, match="has label -1, not one of the 2 classes"):
+    data.train[3]
+
+
 def test_image_folder_errors(folder, tmp_path_factory):
   with pytest.raises(DataError, match=r"no image folder at .*nowhere/train: expected"):
     get_dataset(data_config("folder", data_dir=str(folder / "nowhere")))
@@ -143,6 +173,24 @@ def test_image_folder_errors(folder, tmp_path_factory):
   os.makedirs(folder / "val" / "horse")
   with pytest.raises(DataError, match="classes that the training split lacks: horse"):
     get_dataset(data_config("folder", data_dir=str(folder), eval_split="val"))
+
+
+def test_image_folder_passes_over_what_is_not_a_regular_file(folder, caplog):
+  os.mkfifo(folder / "train" / "cat" / "pipe.jpg")  # reading it would wait for a writer forever
+  with caplog.at_level(logging.WARNING):
+    data = get_dataset(data_config("folder", data_dir=str(folder), eval_split="val", threads=1))
+  assert f"skipping {folder}/train/cat/pipe.jpg: not a regular file" in caplog.text
+  assert data.num_train == 11 and not any(f.endswith("pipe.jpg") for f in data.train.source.files)
+
+
+def test_an_image_too_small_for_the_network_is_refused_before_data_is_read():
+  config = data_config("procedural")
+  config.update(dict(network="alexnet", image_size=8))
+  with pytest.raises(ValueError, match=r"config.image_size=8 is too small for network 'alexnet': layer pool1's 3×3 "
+                     r"window does not fit the 1×1 map that reaches it"):
+    validate(config)
+  with pytest.raises(ValueError, match=r"layer conv1's 11×11 filters do not fit the 4×4 map that reaches it"):
+    layer_shapes(get_network("alexnet"), 4)
 
 
 @pytest.fixture(scope="module")

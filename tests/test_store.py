@@ -212,7 +212,26 @@ def test_reader_errors_say_what_to_do(folder, written, tmp_path):
   store.write_shard(str(out / store.shard_name("train", 2, 3)), [store.encode_record(0, b"")])
   with pytest.raises(DataError, match="split 'train' has 6 images, its manifest says 7"):
     store.open_split(str(out), "train")
+  shutil.copy(written[0] / store.shard_name("train", 2, 3), out / store.shard_name("train", 2, 3))
+  shard = out / store.shard_name("train", 1, 3)
+  whole = shard.read_bytes()
+  shard.write_bytes(whole[:len(whole) // 2])  # a copy cut short
+  with pytest.raises(DataError, match=r"shard train-00001-of-00003.array_record is damaged \(truncated or "
+                     r"overwritten\); rerun make prepare"):
+    store.open_split(str(out), "train")
+  shard.write_bytes(whole[:100] + bytes(200) + whole[300:])  # a record overwritten: its checksum no longer holds
+  split = store.open_split(str(out), "train")
+  with pytest.raises(DataError, match="shard train-00001-of-00003.array_record is damaged"):
+    [split[i] for i in range(len(split))]
+  assert split.where(0) == "train-00000-of-00003.array_record, record 0"
+  assert split.where(len(split) - 1).startswith("train-00002-of-00003.array_record, record ")
   manifest = json.loads((out / store.MANIFEST).read_text())
+  (out / store.MANIFEST).write_text(json.dumps(manifest | dict(size="256")))
+  with pytest.raises(DataError, match=r"manifest.json is malformed \('size' is not an integer\); rerun make prepare"):
+    store.read_manifest(str(out))
+  (out / store.MANIFEST).write_text(json.dumps(manifest | dict(splits=dict(train=dict(count=-1, shards=3)))))
+  with pytest.raises(DataError, match="malformed \\(split 'train' lacks an integer count or shards\\)"):
+    store.read_manifest(str(out))
   (out / store.MANIFEST).write_text(json.dumps(manifest | dict(version=99)))
   with pytest.raises(DataError, match="is a store of format version 99, this code reads version 1"):
     store.read_manifest(str(out))

@@ -37,8 +37,9 @@ class Decoder:
   """`source`'s examples as size×size uint8 images: a batch at a time (batch), with `threads` threads, or one by one
   ([i]: the statistics and tests)."""
 
-  def __init__(self, source, size: int, fast: bool = False, threads: int = 1):
+  def __init__(self, source, size: int, fast: bool = False, threads: int = 1, num_classes: int | None = None):
     self.source, self.size, self.fast, self.threads = source, size, fast, threads
+    self.num_classes = num_classes  # labels are checked to lie in [0, num_classes) where given
     self._pool = self._new_pool()
 
   def _new_pool(self):  # its threads start on first use
@@ -63,10 +64,16 @@ class Decoder:
   def batch(self, indices) -> tuple[np.ndarray, np.ndarray, int]:
     """(images (N, size, size, 3) uint8, labels (N,) int32, unreadable examples passed over) of examples
     `indices`."""
+    images, labels, skipped = self.rows(indices)
+    return images, labels, int(skipped.sum())
+
+  def rows(self, indices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """batch's images and labels, and per row the unreadable examples passed over (N,) int: a row whose own example
+    could not be read holds the next readable one's."""
     images = np.empty((len(indices), self.size, self.size, 3), np.uint8)
     reads = self._map(self.read_into, [int(i) for i in indices], images)  # a row of `images` is a view into it
-    labels = np.array([label for label, _ in reads], np.int32)
-    return images, labels, sum(skipped for _, skipped in reads)
+    return (images, np.array([label for label, _ in reads], np.int32),
+            np.array([skipped for _, skipped in reads], np.int64))
 
   def jpeg_batch(self, indices, host_rows: np.ndarray) -> tuple[dict, int]:
     """(batch, unreadable examples passed over) for the devices to decode (nvdecode.py): 'jpeg' uint8, the JPEG
@@ -83,7 +90,7 @@ class Decoder:
     rows = np.flatnonzero(on_host).astype(np.int32)
     images = np.empty((len(rows), self.size, self.size, 3), np.uint8)
     reads = self._map(self._decode_read, indices[rows].tolist(), [examples[r] for r in rows], images)
-    labels = np.array([-1 if e is None else int(e["label"]) for e in examples], np.int32)
+    labels = np.array([-1 if e is None else self._label(int(i), e) for i, e in zip(indices, examples)], np.int32)
     labels[rows] = [label for label, _ in reads]
     jpegs = [b"" if host else e["jpeg"] for e, host in zip(examples, on_host)]
     ends = np.cumsum([len(jpeg) for jpeg in jpegs], dtype=np.int64)
@@ -107,16 +114,33 @@ class Decoder:
     if example is not None:
       try:
         self._decode_into(example, out)
-        return int(example["label"]), 0
+      except DataError:
+        raise
       except UNREADABLE:
-        pass
+        return self.read_into(i, out)
+      return self._label(i, example), 0
     return self.read_into(i, out)
 
   def _read_example(self, i: int) -> dict | None:
     try:
       return self.source[i]
+    except DataError:  # the dataset's, not the image's
+      raise
     except UNREADABLE:
       return None
+
+  def where(self, i: int) -> str:
+    """Example i, as messages name it: its file, or its store's shard and record, or its index."""
+    where = getattr(self.source, "where", None)
+    return where(i) if where else f"#{i}"
+
+  def _label(self, i: int, example: dict) -> int:
+    """Example i's label, checked to be a class: a label outside them would train on wrong targets, silently."""
+    label = int(example["label"])
+    if self.num_classes is not None and not 0 <= label < self.num_classes:
+      raise DataError(f"image {self.where(i)} has label {label}, not one of the {self.num_classes} classes "
+                      f"[0, {self.num_classes - 1}]: the dataset is corrupt or written for other classes")
+    return label
 
   def _map(self, fn, *args) -> list:
     return list(self._pool.map(fn, *args) if self._pool else map(fn, *args))
@@ -129,10 +153,12 @@ class Decoder:
       try:
         example = self.source[j]
         self._decode_into(example, out)
+      except DataError:  # the dataset's, not the image's
+        raise
       except UNREADABLE as e:
-        logging.warning("skipping unreadable image #%d: %s", j, e)
+        logging.warning("skipping unreadable image %s: %s", self.where(j), e)
         continue
-      return int(example["label"]), skipped
+      return self._label(j, example), skipped
     raise DataError(f"none of the {n} images of this split can be read")
 
   def _decode_into(self, example: dict, out: np.ndarray) -> None:

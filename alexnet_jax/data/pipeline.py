@@ -14,7 +14,8 @@ for the procedural set, whose images are never cropped, flipped or shifted):
     units; 'label' (N,) int32. It comes as (batch, skipped): the number of unreadable images passed over is for
     the host's metrics and stays off the device.
   evaluation: 'image' (N, S, S, 3) uint8, 'label' (N,) int32, 'mask' (N,) bool, False on the padding that fills
-    the last batch; the device takes the centre crop or the paper's 10 crops (train.eval_step).
+    the last batch and on an unreadable example's row; 'unreadable', how many of those the batch holds (for the
+    host); the device takes the centre crop or the paper's 10 crops (training/train.py's eval_step).
 Crop, flip and shift are drawn for each global batch from (seed, step), as Grain's random_map seeds it; the host
 only decodes, and sends S×S uint8 (a quarter of float32's bytes), or, where the devices decode (decoder 'gpu'), the
 JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch). The device applies the draws and normalises with the
@@ -95,10 +96,13 @@ class Dataset:
     return dict(image=images, **rest, label=labels), skipped
 
   def eval_batch(self, indices: np.ndarray, size: int, rows: slice = slice(None)) -> dict:
-    """Rows `rows` of examples `indices` padded to `size` by repeating the last, the padding masked out."""
+    """Rows `rows` of examples `indices` padded to `size` by repeating the last, the padding masked out, and so is
+    a row whose example could not be read (it holds the next readable one, which counts in its own row):
+    'unreadable' counts those."""
     padded = np.concatenate([indices, np.repeat(indices[-1:], size - len(indices))])
-    images, labels, _ = self.eval.batch(padded[rows])
-    return dict(image=images, label=labels, mask=(np.arange(size) < len(indices))[rows])
+    images, labels, skipped = self.eval.rows(padded[rows])
+    real = (np.arange(size) < len(indices))[rows]
+    return dict(image=images, label=labels, mask=real & (skipped == 0), unreadable=np.sum(real & (skipped > 0)))
 
 
 def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1,
@@ -208,7 +212,7 @@ def make_dataset(config, train, test, classes: tuple[str, ...], statistics: Stat
   resize, known = train.resize, statistics or train.statistics
   size = resize or config.image_size
   decoder = _decoder(d.decoder)
-  train, test = (decode.Decoder(_first(s, n), size, d.fast_decode, d.threads)
+  train, test = (decode.Decoder(_first(s, n), size, d.fast_decode, d.threads, len(classes))
                  for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
   stats = measure(train, seed=config.seed) if known is None else known
   return Dataset(d.name, tuple(classes), train, test, config.image_size, resize, stats, d.pca_sigma, config.seed,
@@ -239,6 +243,10 @@ class _First:
 
   def __getitem__(self, i):
     return self.source[i]
+
+  def where(self, i: int) -> str:
+    where = getattr(self.source, "where", None)
+    return where(i) if where else f"#{i}"
 
 
 def _first(source, n: int):

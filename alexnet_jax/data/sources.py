@@ -11,7 +11,9 @@ one, with a warning, and counts it (summed beside each training batch into the m
 
 import dataclasses
 import io
+import logging
 import os
+import stat
 
 import numpy as np
 from PIL import Image
@@ -88,6 +90,11 @@ class ImageFolder:
       class_dir = os.path.join(folder, name)
       names = sorted(os.listdir(class_dir)) if os.path.isdir(class_dir) else []
       images = [os.path.join(class_dir, f) for f in names if f.lower().endswith(IMAGE_SUFFIXES)]
+      # Only regular files: reading a FIFO or a device named like an image would wait forever.
+      odd = [f for f in images if not _regular(f)]
+      for f in odd:
+        logging.warning("skipping %s: not a regular file", f)
+      images = [f for f in images if f not in odd]
       if os.path.isdir(class_dir) and not images:  # a split may lack a class, but not hold it empty
         empty.append(name)
       self.files += images
@@ -103,11 +110,17 @@ class ImageFolder:
     return len(self.files)
 
   def __getitem__(self, i):
-    try:
-      image = decode(self.files[i], self.resize)
-    except UNREADABLE as e:  # name the file: the decoder's warning sees only the index
-      raise OSError(f"{self.files[i]}: {e}") from e
-    return dict(image=image, label=self.labels[i])
+    return dict(image=decode(self.files[i], self.resize), label=self.labels[i])
+
+  def where(self, i: int) -> str:
+    return self.files[i]
+
+
+def _regular(path: str) -> bool:
+  try:
+    return stat.S_ISREG(os.stat(path).st_mode)
+  except OSError:
+    return False
 
 
 def _subdirs(folder: str) -> list[str]:

@@ -100,7 +100,24 @@ def read_manifest(root: str) -> dict:
   if manifest.get("version") != VERSION:
     raise DataError(f"{root} is a store of format version {manifest.get('version')}, this code reads version "
                     f"{VERSION}; rerun make prepare into a new --store")
+  if problem := _malformed(manifest):
+    raise DataError(f"{path} is malformed ({problem}); rerun make prepare into a new --store")
   return manifest
+
+
+def _malformed(manifest: dict) -> str | None:
+  """What is wrong with a manifest's fields that readers use, or None."""
+  fields = dict(splits=dict, size=int, num_classes=int, source=dict)
+  for name, kind in fields.items():
+    if not isinstance(manifest.get(name), kind) or isinstance(manifest.get(name), bool):
+      return f"'{name}' is not {'an integer' if kind is int else 'an object'}"
+  if not isinstance(manifest.get("classes", []), list):
+    return "'classes' is not a list"
+  for split, entry in manifest["splits"].items():
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), int) and entry[k] >= 0 and
+                                              not isinstance(entry[k], bool) for k in ("count", "shards")):
+      return f"split {split!r} lacks an integer count or shards"
+  return None
 
 
 class StoreSplit:
@@ -116,7 +133,11 @@ class StoreSplit:
     if missing:
       raise DataError(f"store {root} lacks {missing[0]} ({len(missing)} shards missing); rerun make prepare with "
                       f"--store={root} to write them again")
-    self.records = grain.sources.ArrayRecordDataSource(paths)
+    self.root, self.paths = root, paths
+    try:
+      self.records = grain.sources.ArrayRecordDataSource(paths)
+    except RuntimeError:  # array_record cannot open a shard: name it
+      raise self._damaged(None) from None
     if len(self.records) != entry["count"]:
       raise DataError(f"store {root}: split {split!r} has {len(self.records)} images, its manifest says "
                       f"{entry['count']}; rerun make prepare with --store={root}")
@@ -128,7 +149,39 @@ class StoreSplit:
     return len(self.records)
 
   def __getitem__(self, i):
-    return decode_record(self.records[i])
+    try:
+      return decode_record(self.records[i])
+    except RuntimeError:  # array_record cannot read the record: its shard is damaged
+      raise self._damaged(i) from None
+
+  def where(self, i: int) -> str:
+    """Example i's shard and record, for messages."""
+    shard, record = self._locate(i)
+    return f"{os.path.basename(self.paths[shard])}, record {record}"
+
+  def _locate(self, i: int) -> tuple[int, int]:
+    start = 0
+    for shard, path in enumerate(self.paths):
+      n = len(grain.sources.ArrayRecordDataSource([path]))
+      if i < start + n:
+        return shard, i - start
+      start += n
+    raise IndexError(i)
+
+  def _damaged(self, i: int | None) -> DataError:
+    """The DataError naming the damaged shard (of example i, or the first that does not open)."""
+    name = None
+    if i is not None:
+      name = os.path.basename(self.paths[self._locate(i)[0]])
+    else:
+      for path in self.paths:
+        try:
+          grain.sources.ArrayRecordDataSource([path])
+        except RuntimeError:
+          name = os.path.basename(path)
+          break
+    return DataError(f"store {self.root}: shard {name or '?'} is damaged (truncated or overwritten); rerun make "
+                     f"prepare with --store={self.root}, which writes it again")
 
 
 def open_split(root: str, split: str) -> StoreSplit:

@@ -19,13 +19,16 @@ def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
   """The shape of `layer`'s output for an input of `shape` (every tower's)."""
   if layer.kind == "conv":
     _, h, w, n = shape
+    if min(h, w) + 2 * layer.padding < layer.size:
+      raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} filters do not fit the {h}×{w} map that "
+                       "reaches it")
     return (layer.filters, out_size(h, layer.size, layer.stride, layer.padding),
             out_size(w, layer.size, layer.stride, layer.padding), n)
   if layer.kind == "pool":
     c, h, w, n = shape
     if h < layer.size or w < layer.size:
-      raise ValueError(f"layer {layer.name}: a {h}×{w} map is smaller than the {layer.size}×{layer.size} window; "
-                       "the input image is too small for this network")
+      raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} window does not fit the {h}×{w} map that "
+                       "reaches it")
     return c, out_size(h, layer.size, layer.stride), out_size(w, layer.size, layer.stride), n
   if layer.kind == "fc":
     return layer.filters, shape[-1]

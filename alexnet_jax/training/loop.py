@@ -9,6 +9,7 @@ import time
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import tqdm
 from jax.experimental import multihost_utils
 
@@ -54,14 +55,17 @@ def summarise(sums: dict) -> dict:
 
 
 def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
-  """Metrics over the evaluation split, its batches placed as `rows` (data.placement.Rows) say; p_eval_step is
-  eval_step jitted with `crops` static."""
-  total = None
+  """Metrics over the readable examples of the evaluation split (each counted once: `count`; `unreadable` those
+  that could not be read), its batches placed as `rows` (data.placement.Rows) say; p_eval_step is eval_step jitted
+  with `crops` static."""
+  total, unreadable = None, 0
   for batch in eval_batches(dataset, config.eval_batch_size, rows.process_rows(config.eval_batch_size)):
+    unreadable += int(batch.pop("unreadable"))
     m = p_eval_step(state, rows.put(batch), crops=crops)
     total = m if total is None else jax.tree.map(jnp.add, total, m)
   total = jax.device_get(total)
-  return summarise(total) | dict(count=int(total["count"]))
+  unreadable = int(np.sum(multihost_utils.process_allgather(np.int64(unreadable))))  # each process's rows
+  return summarise(total) | dict(count=int(total["count"]), unreadable=unreadable)
 
 
 def run_setup(described: run.Run) -> Setup:
