@@ -89,6 +89,10 @@ def _raised_in(e: BaseException, path: str) -> tuple[BaseException, int] | None:
   return None
 
 
+HELP_FLAGS = ("-?", "--help", "-help", "--helpshort", "-helpshort", "--helpfull", "-helpfull", "--helpxml",
+              "-helpxml")
+
+
 def parse_flags(argv):
   """absl's parser, with a missing or broken --config file, a mistyped flag or --config.key reported in one
   line."""
@@ -100,6 +104,10 @@ def parse_flags(argv):
     sys.exit(f"error: no config file {path}")
   try:
     return flags.FLAGS(argv)
+  except SystemExit as e:  # absl's --help and --helpfull print what was asked for, then exit 1: not a failure
+    if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+      sys.exit(0)
+    raise
   except Exception as e:
     if raised := path and _raised_in(e, path):  # the config file's own code failed
       error, line = raised

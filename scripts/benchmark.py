@@ -5,9 +5,11 @@
       [--batches 128,512,1024 | --per_device_batches 128] [--devices 1,2,4,8] [--steps 20] [--windows 5]
       [--peak_tflops 790] [--compilation_cache DIR] [--json OUT.json]
 
-Systems (alexnet_jax/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network with
-that kernel backend, `plain` the same table written as a JAX user would with plain XLA (alexnet_jax/baseline.py:
-NHWC, lax.conv_general_dilated in the compute dtype, reduce_window pools and LRN); LAYOUT `split` puts the paper's
+Systems (alexnet_jax/measure/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network
+with that kernel backend, `plain` the same table written as a JAX user would with plain XLA (measure/baseline.py:
+NHWC, lax.conv_general_dilated in the compute dtype, reduce_window pools and LRN), `torch` the same table, input
+and step as a PyTorch user would write them (measure/torch_step.py: torch.compile, channels_last, autocast; only
+`torch:one`, where the GPU has torch); LAYOUT `split` puts the paper's
 towers on two devices (shard_map; all-gathers at conv3, fc6, fc7, a psum at fc8), `dp` every tower on every device
 with the batch split over all of them, `pmap` the same with jax.pmap (ours only), `hybrid` convolutions
 data-parallel and fc layers split over every device (Krizhevsky 2014; ours only), `one` every tower on one device.
@@ -156,6 +158,19 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               settings=process_settings())
 
 
+def measure_torch(config, steps: int, windows: int, peak_tflops: float) -> dict:
+  """measure's row for the config's table in PyTorch on the first GPU (measure/torch_step.py)."""
+  from alexnet_jax.measure import systems, torch_step  # noqa: PLC0415
+  from alexnet_jax.network.table import get_network  # noqa: PLC0415
+
+  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
+                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  row = torch_step.measure(config, table, steps, windows)
+  flops = systems.train_flops_per_image(table, config.image_size)
+  return row | dict(flops_per_image=flops, mfu=flops * row["images_per_s"] / (peak_tflops * 1e12),
+                    peak_tflops=peak_tflops, xla_flops_per_device=None, collective_hlo=[], settings=process_settings())
+
+
 def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
   """What a row says of itself before it is run: its global batch, or its batch per device."""
   return dict(config=cli.config_name(), system=str(system), dtype=dtype, batch=None if per_device else batch,
@@ -177,6 +192,8 @@ def run_here(system, dtype, batch, per_device: bool, devices: int | None, args) 
     if per_device:
       batch *= math.prod(systems.mesh_shape(system.layout, config.towers, devices or jax.device_count()))
     config.dtype, config.batch_size, config.eval_batch_size, row["batch"] = dtype, batch, batch, batch
+    if system.impl == "torch":
+      return row | measure_torch(config, args.steps, args.windows, args.peak_tflops)
     return row | measure(system, config, devices, args.steps, args.windows, args.peak_tflops)
   except (ValueError, jax.errors.JaxRuntimeError) as e:  # a system that cannot run here, or runs out of memory
     return row | dict(error=" ".join(str(e).split())[:300])
@@ -239,7 +256,7 @@ def table(rows: list[dict]) -> str:
       continue
     lines.append(f"{r['system']:13} {r['devices']:3d} {r['dtype']:9} {r['batch']:5d} {r['images_per_s']:9,.0f} "
                  f"{r['step_ms']:8.3f} {r['window_spread']:6.1%} {r['blocked_step_ms']:8.3f} {r['mfu']:6.1%} "
-                 f"{r['step_gib']:8.2f} {num(r['peak_gib'], '8.2f'):>8} {num(r['vs_plain'], '6.2f'):>6} "
+                 f"{num(r['step_gib'], '8.2f'):>8} {num(r['peak_gib'], '8.2f'):>8} {num(r['vs_plain'], '6.2f'):>6} "
                  f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}")
   for r in done:
     if r["collective_bytes"]:

@@ -1,11 +1,12 @@
 """The benchmark's plain-XLA baseline is the paper's network: same parameters, same logits and gradients as ours,
-split over two devices and on one; and the same function as ours for the one-tower tables of the era after it."""
+split over two devices and on one; and the same function as ours for the one-tower tables of the era after it. The
+PyTorch one has the paper's parameters too."""
 
 import jax
 import numpy as np
 import pytest
 
-from alexnet_jax.measure import baseline
+from alexnet_jax.measure import baseline, torch_step
 from alexnet_jax.network import sharding, table
 from alexnet_jax.network.model import Network
 from alexnet_jax.network.table import alexnet
@@ -66,3 +67,11 @@ def test_baseline_of_a_one_tower_table_computes_our_network(name, size):
   plain = baseline.sharded_apply(baseline.PlainNetwork(net_table), sharding.make_mesh(model=1))
   logits = plain(baseline.from_ours(params, net_table, size), x.transpose(3, 1, 2, 0), jax.random.key(3), False)
   np.testing.assert_allclose(np.asarray(logits), np.asarray(ours), rtol=1e-4, atol=1e-4 * float(np.abs(ours).max()))
+
+
+def test_the_pytorch_network_is_the_paper_s_table():
+  torch = pytest.importorskip("torch")  # the GPU image has it; the benchmark's torch:one row runs it
+  model = torch_step.build(alexnet(), 224)
+  assert sum(p.numel() for p in model.parameters()) == 60_965_224
+  assert [m.groups for m in model if isinstance(m, torch.nn.Conv2d)] == [1, 2, 1, 2, 2]  # conv3 reads both towers
+  assert model.eval()(torch.zeros(2, 3, 224, 224)).shape == (2, 1000)

@@ -48,6 +48,9 @@ def test_benchmark_refuses_an_unknown_system_in_one_line():
   run = script("benchmark.py", "--systems=triton:ring", timeout=60)
   assert run.returncode != 0 and "Traceback" not in run.stderr
   assert run.stderr.strip().splitlines()[-1].startswith("error: unknown system 'triton:ring'")
+  run = script("benchmark.py", "--systems=torch:split", timeout=60)
+  assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == (
+      "error: system torch:split: the PyTorch step (measure/torch_step.py) runs on one GPU: torch:one")
 
 
 def test_profile_step_tables_the_kernels_of_a_traced_step(tmp_path):

@@ -19,8 +19,10 @@ def test_colour_specialisation_tells_grey_from_colour_towers():
 
 def test_filter_grid_and_files(tmp_path):
   filters = np.random.default_rng(1).normal(size=(2, 3, 11, 11, 12))
-  grid = pictures.filter_grid(filters[0], columns=8)
-  assert grid.shape == (2 * 12 + 1, 8 * 12 + 1, 3) and grid.dtype == np.uint8
+  grid = pictures.filter_grid(filters[0], columns=8, scale=8, gap=4)
+  assert grid.shape == (4 + 2 * (11 * 8 + 4), 4 + 8 * (11 * 8 + 4), 3) and grid.dtype == np.uint8
+  weight = grid[4:12, 4:12]  # filter 0's first weight: an 8×8 square of one colour, not blurred into its neighbours
+  assert (weight == weight[0, 0]).all() and (grid[:4] == 255).all()
   (tmp_path / "metrics.jsonl").write_text(
       '{"step": 10, "split": "train", "loss": 2.0, "top1": 0.1, "top5": 0.5}\n'
       '{"step": 10, "split": "eval", "loss": 1.9, "top1": 0.2, "top5": 0.6}\n')

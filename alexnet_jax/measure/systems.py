@@ -1,9 +1,9 @@
 """The train steps that scripts/benchmark.py times and scripts/profile_step.py traces, one per system.
 
 A system is `IMPL:LAYOUT`. IMPL is one of our kernel backends (`triton`, `xla`, `auto`, `interpret`: the config's
-network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss,
-input and SGD-momentum update. LAYOUT places it on N devices (the first N; all by default), whatever the config's
-mesh says:
+network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss, input
+and SGD-momentum update (or `torch`, the same in PyTorch, torch_step.py: one GPU, benchmark.py's rows only). LAYOUT
+places it on N devices (the first N; all by default), whatever the config's mesh says:
 
   split   the paper's towers, one per device, and data parallelism over the pairs (strategy tower, mesh
           model=towers, data=N/towers: on 2 devices the paper; on one, both towers there)
@@ -32,7 +32,7 @@ from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Table
 from alexnet_jax.training import pmap, train
 
-IMPLS = ("plain", *ops.BACKENDS)
+IMPLS = ("plain", "torch", *ops.BACKENDS)
 LAYOUTS = ("split", "dp", "hybrid", "pmap", "one")
 IMAGENET_TRAIN = 1_281_167  # synthetic batches stand in for ImageNet unless the config names its sizes
 
@@ -48,6 +48,8 @@ class System:
     if impl not in IMPLS or layout not in LAYOUTS:
       raise ValueError(f"unknown system {text!r}: write IMPL:LAYOUT with IMPL one of {', '.join(IMPLS)} and LAYOUT "
                        f"one of {', '.join(LAYOUTS)}, e.g. triton:split")
+    if impl == "torch" and layout != "one":
+      raise ValueError(f"system {text}: the PyTorch step (measure/torch_step.py) runs on one GPU: torch:one")
     return cls(impl, layout)
 
   def __str__(self) -> str:

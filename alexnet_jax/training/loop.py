@@ -152,7 +152,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     if done % config.log_every_steps == 0 or done == setup.total_steps:
       window = jax.device_get(sums)
       train = summarise(window)
-      train |= dict(learning_rate=float(lr), grad_norm=float(window["grad_norm"]),
+      train |= dict(learning_rate=float(lr), logit_spread=float(window["logit_spread"]),
                     steps_per_sec=(done - logged) / (time.time() - t0), skipped_images=skipped)
       if writer:
         writer.write("train", done, train)

@@ -214,7 +214,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
     metrics = lax.psum(metrics, pmap_axis)
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], grads)
+  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], logits)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
