@@ -2,6 +2,7 @@
 `--config.key=value` overrides, and whatever the parser refuses reported in one line instead of a traceback."""
 
 import os
+import re
 import sys
 import traceback
 
@@ -103,28 +104,45 @@ def parse_flags(argv):
   if path is not None and not os.path.isfile(path):
     sys.exit(f"error: no config file {path}")
   try:
-    return flags.FLAGS(argv)
-  except SystemExit as e:  # absl's --help and --helpfull print what was asked for, then exit 1: not a failure
+    argv = flags.FLAGS(argv)
+  except SystemExit as e:
+    if raised := path and _raised_in(e, path):  # the config file exits: that is an error in it, not a result
+      sys.exit(f"error: config file {path}, line {raised[1]}: it calls sys.exit({e.code!r}) instead of returning a "
+               "config")
     if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
-      sys.exit(0)
+      sys.exit(0)  # absl's --help and --helpfull print what was asked for, then exit 1: not a failure
     raise
   except Exception as e:
     if raised := path and _raised_in(e, path):  # the config file's own code failed
       error, line = raised
-      message = error.msg if isinstance(error, SyntaxError) else str(error)
-      sys.exit(f"error: config file {path}, line {line}: {type(error).__name__}: {' '.join(message.split())}")
+      message = error.msg if isinstance(error, SyntaxError) else _short(str(error))
+      sys.exit(f"error: config file {path}, line {line}: {type(error).__name__}: {message}")
     if isinstance(e, AttributeError) and "get_config" in str(e):
       sys.exit(f"error: config file {path} defines no get_config()")
     if not isinstance(e, AttributeError | KeyError | TypeError | ValueError | flags.Error):
       raise
     sys.exit(_bad_flag(e))
+  for name in PATH_FLAGS:  # `--workdir=` would quietly mean the default, and resume whatever run is there
+    if name in flags.FLAGS and flags.FLAGS[name].present and not (flags.FLAGS[name].value or "").strip():
+      sys.exit(f"error: --{name} is empty: give it a path, or leave the flag out")
+  return argv
+
+
+PATH_FLAGS = ("workdir", "out", "json", "csv", "artifact", "store", "data_dir", "manual_dir")
+
+
+def _short(message: str) -> str:
+  """An error message on one line: ml_collections nests a repr in its errors, and lists every key of the config
+  after a locked config's unknown one ('Other fields present: …'), where its 'Did you mean' says enough."""
+  message = message.replace("\\'", "'").replace("\\n", " ")
+  if len(message) > 1 and message[0] == message[-1] == "'":
+    message = message[1:-1]
+  message = re.sub(r'\s*Other fields present: "\{.*\}"', "", message, flags=re.S)
+  return " ".join(message.split())
 
 
 def _bad_flag(e: Exception) -> str:
-  message = str(e).replace("\\'", "'").replace("\\n", " ")  # ml_collections nests a repr in its errors
-  if len(message) > 1 and message[0] == message[-1] == "'":
-    message = message[1:-1]
-  return f"error: bad flag: {' '.join(message.split())}"
+  return f"error: bad flag: {_short(str(e))}"
 
 
 def run(main, required=()) -> None:

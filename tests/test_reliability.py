@@ -197,6 +197,15 @@ def _overwrite(path):
     f.write(os.urandom(os.path.getsize(path)))
 
 
+def _flip(path, n=8):
+  """n bytes in the middle of the file with their lowest bit flipped: numbers a little off, still finite."""
+  with open(path, "r+b") as f:
+    f.seek(os.path.getsize(path) // 2)
+    flipped = bytes(b ^ 0x01 for b in f.read(n))
+    f.seek(os.path.getsize(path) // 2)
+    f.write(flipped)
+
+
 def _empty(step_dir):
   for entry in os.listdir(step_dir):
     path = os.path.join(step_dir, entry)
@@ -206,6 +215,7 @@ def _empty(step_dir):
 CORRUPTIONS = {
     "truncated data file": lambda d: os.truncate(_largest_data_file(d), 1000),
     "overwritten data file": lambda d: _overwrite(_largest_data_file(d)),
+    "8 bytes flipped in a data file": lambda d: _flip(_largest_data_file(d)),
     "emptied step directory": _empty,
     "deleted manifest.ocdbt": lambda d: os.remove(os.path.join(d, "state", "manifest.ocdbt")),
     "garbled data/metadata": lambda d: open(os.path.join(d, "data", "metadata"), "w").write('{"next_batch": 1'),
@@ -316,6 +326,34 @@ def test_command_line_stops_on_a_signal_in_one_line(tmp_path, tiny_file, signals
     assert not any(name.isdigit() for name in saved)  # at most a temporary directory, which orbax removes
 
 
+def test_sigterm_to_the_process_group_with_data_workers_saves_once_and_ends(tmp_path, tiny_file):
+  # What Slurm's scancel and a container's stop do: the signal reaches the data-loading worker processes too.
+  for split, n in (("train", 64), ("validation", 8)):
+    for name in ("cat", "dog"):
+      os.makedirs(tmp_path / "images" / split / name)
+      for i in range(n):
+        Image.fromarray(np.full((40, 40, 3), 60 * i % 256, np.uint8)).save(tmp_path / "images" / split / name /
+                                                                            f"{i}.png")
+  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(tmp_path / "run"),
+                    "--config.dataset.name=folder", f"--config.dataset.data_dir={tmp_path / 'images'}",
+                    "--config.dataset.num_classes=0", "--config.dataset.num_train_examples=0",
+                    "--config.dataset.num_eval_examples=0", "--config.dataset.workers=1", "--config.num_epochs=50"],
+                   start_new_session=True)
+  _wait_for_training(process)
+  os.killpg(process.pid, signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)  # a worker that died before the save used to leave it waiting
+  assert process.returncode == 128 + signal.SIGTERM, stderr
+  last = stderr.strip().splitlines()[-1]
+  assert re.fullmatch(rf"stopped by SIGTERM after step (\d+), saved in {tmp_path}/run/checkpoints; rerun the same "
+                      "command to resume", last), stderr
+  assert "Traceback" not in stderr and "leaked" not in stderr  # the workers let go of their shared memory
+  deadline = time.time() + 30  # nothing of the run is left: the workers and multiprocessing's tracker end with it
+  with pytest.raises(ProcessLookupError):
+    while time.time() < deadline:
+      os.killpg(process.pid, 0)
+      time.sleep(0.5)
+
+
 # Images.
 
 def test_high_bit_depth_images_are_scaled_or_refused_naming_the_file(tmp_path, caplog):
@@ -385,13 +423,34 @@ def test_a_second_run_on_a_workdir_is_refused(tmp_path):
     ("a file", "is a file, not a directory"),
     ("under a file", "cannot write in .*: Not a directory"),
     ("/proc", "cannot write in /proc/alexnet_jax_test: No such file or directory"),
+    # A read-only checkpoints/ (a read-only mount, here sysfs, which refuses new files even to root).
+    ("read-only checkpoints", r"cannot write in .*/run: Permission denied \(.*/run/checkpoints/\w+\): pass a "
+                              "writable directory as --workdir"),
+    # Orbax's paths below a workdir this long would pass the system's 4,096 bytes: refused before training.
+    ("4,000 characters", r"--workdir is 4,000 bytes long: the checkpoints below it need 160 more, over this "
+                         "system's 4,096-byte limit on a path; pass a shorter one"),
 ])
 def test_an_unusable_workdir_stops_naming_it(tmp_path, where, message):
   (tmp_path / "file").write_text("")
+  os.makedirs(tmp_path / "run")
+  os.symlink("/sys/kernel", tmp_path / "run" / "checkpoints")
+  long = str(tmp_path)
+  while len(long) < 3800:
+    long = os.path.join(long, "d" * 200)
+  long = os.path.join(long, "d" * (3999 - len(long)))
   workdir = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "run",
-             "/proc": "/proc/alexnet_jax_test"}[where]
+             "/proc": "/proc/alexnet_jax_test", "read-only checkpoints": tmp_path / "run",
+             "4,000 characters": long}[where]
   with pytest.raises(workdirs.WorkdirError, match=message):
     loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert not os.path.exists(os.path.join(tmp_path, "d" * 200))  # nothing made where nothing can be kept
+
+
+def test_an_empty_workdir_flag_is_refused_rather_than_meaning_the_default(tiny_file):
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", tiny_file, "--workdir="], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip() == "error: --workdir is empty: give it a path, or leave the flag out"
 
 
 def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file):
@@ -417,6 +476,12 @@ def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file):
     ("import no_such_module\n", "error: config file {path}, line 1: ModuleNotFoundError: No module named"),
     ("def get_config():\n  return 1 / 0\n", "error: config file {path}, line 2: ZeroDivisionError: division by zero"),
     ("x = 1\n", "error: config file {path} defines no get_config()"),
+    ("import sys\ndef get_config():\n  sys.exit(3)\n",
+     "error: config file {path}, line 3: it calls sys.exit(3) instead of returning a config"),
+    # A typo of a key: ml_collections' "did you mean", without the whole config it lists after it.
+    ("from alexnet_jax.config import paper_config\ndef get_config():\n  c = paper_config()\n  c.lerning_rate = 1\n",
+     'error: config file {path}, line 4: AttributeError: Key "lerning_rate" does not exist and cannot be added since '
+     'the config is locked. Did you mean "learning_rate" instead of "lerning_rate"?'),
 ])
 def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, message):
   path = tmp_path / "config.py"
@@ -426,7 +491,7 @@ def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, messa
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert run.returncode == 1
   assert run.stderr.strip().splitlines() == [run.stderr.strip()]
-  assert run.stderr.strip().startswith(message.format(path=path))
+  assert run.stderr.strip().startswith(message.format(path=path)) and len(run.stderr) < 300
 
 
 @pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py", "predict.py"])

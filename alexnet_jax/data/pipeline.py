@@ -25,7 +25,7 @@ uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 
 import dataclasses
 import functools
-import signal
+import sys
 from collections.abc import Iterator
 
 import grain
@@ -146,13 +146,14 @@ def iterate(batches, start: int, workers: int):
   # Only the images travel through shared memory: a block per small array costs more than a copy, and a worker
   # stopped between making its blocks and handing them over leaves them behind (Grain issue #398).
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
-  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=_ignore_sigint))
+  # Those that a run stopped (a signal, the end) leaves behind, multiprocessing's resource tracker removes when the
+  # run ends, with a warning that is no news to the user; it takes this process's -W options when it starts.
+  if LEFT_BLOCKS_QUIET not in sys.warnoptions:
+    sys.warnoptions.append(LEFT_BLOCKS_QUIET)
+  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
 
 
-def _ignore_sigint(worker_index: int, worker_count: int) -> None:
-  """A Ctrl-C in the terminal reaches the workers too: the training process alone handles it (guard.py), and it
-  stops them."""
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+LEFT_BLOCKS_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
 
 
 def _ahead() -> grain.ReadOptions:

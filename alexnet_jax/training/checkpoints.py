@@ -2,9 +2,12 @@
 and the data settings that give that index its meaning), and the run's description (run.py's run.json), so that a
 checkpoint's directory says what it holds.
 
-Restoring tries the newest checkpoint first and falls back to older ones while a checkpoint cannot be read (a
-truncated file, a step directory emptied or left incomplete, metadata deleted, non-finite numbers), warning in one
-line per checkpoint passed over; nothing is deleted. Saves run in the background; a failure (a full disk) is
+Every save writes a digest of the state's bits beside it (`digest`: per array, a sum and a position-weighted sum
+of its elements' bits, mod 2**32), and a restore checks it: orbax's files carry no checksum of their own, and a few
+flipped bytes would otherwise restore as other weights without a word. Restoring tries the newest checkpoint first
+and falls back to older ones while a checkpoint cannot be read (a truncated file, a step directory emptied or left
+incomplete, metadata deleted, numbers that are not those saved or not finite), warning in one line per checkpoint
+passed over; nothing is deleted. Saves run in the background; a failure (a full disk) is
 raised by the next save or wait as one CheckpointError.
 """
 
@@ -15,6 +18,8 @@ import re
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from alexnet_jax.training import guard
@@ -118,10 +123,35 @@ def _saving(mngr: ocp.CheckpointManager):
                           "same command to resume from the last checkpoint") from None
 
 
+DIGEST = "state_digest"  # the key of the digest in a checkpoint's data item
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state, data: dict, run: dict) -> None:
+  data = data | {DIGEST: digest(state)}
   with _saving(mngr):
     mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data),
                                             run=ocp.args.JsonSave(run)))
+
+
+def digest(state) -> list[list[int]]:
+  """Per array of `state`, [sum, position-weighted sum] of its elements' bits as unsigned integers, mod 2**32: the
+  same wherever the array's shards lie."""
+  return np.asarray(_digest(state)).tolist()
+
+
+@jax.jit
+def _digest(tree) -> jax.Array:
+  sums = []
+  for x in jax.tree.leaves(tree):
+    bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}")) if x.dtype != bool else x
+    bits = bits.astype(jnp.uint32)
+    index = jnp.zeros(bits.shape, jnp.uint32)  # each element's position, from iotas: no reshape of a sharded array
+    for axis in range(bits.ndim):
+      stride = int(np.prod(bits.shape[axis + 1:], dtype=np.uint64) % 2**32)
+      index = index + jax.lax.broadcasted_iota(jnp.uint32, bits.shape, axis) * jnp.uint32(stride)
+    weight = index * jnp.uint32(2654435761) | jnp.uint32(1)  # Knuth's multiplicative hash: odd, position-dependent
+    sums.append(jnp.stack([jnp.sum(bits, dtype=jnp.uint32), jnp.sum(bits * weight, dtype=jnp.uint32)]))
+  return jnp.stack(sums) if sums else jnp.zeros((0, 2), jnp.uint32)
 
 
 def wait(mngr: ocp.CheckpointManager) -> None:
@@ -149,8 +179,10 @@ def _shapes(tree) -> dict[tuple, tuple]:
 
 
 def _misfit(mngr, step: int, stored: dict, wanted: dict) -> CheckpointError:
-  diff = sorted(set(stored.items()) ^ set(wanted.items()))[:2]
-  detail = "; ".join(f"{'.'.join(k)}: checkpoint {stored.get(k)} vs config {wanted.get(k)}" for k, _ in diff)
+  diff = sorted((k for k in stored.keys() | wanted.keys() if stored.get(k) != wanted.get(k)),
+                key=lambda k: ("params" not in k, k))  # the weights first: their momentum says the same again
+  detail = "; ".join(f"{'.'.join(k)}: checkpoint {stored.get(k)} vs config {wanted.get(k)}" for k in diff[:2])
+  detail += f"; {len(diff) - 2} more" if len(diff) > 2 else ""
   return CheckpointError(f"the checkpoint of step {step} in {mngr.directory} does not fit this configuration "
                          f"({detail}); resume with the config it was written with, or train in a new --workdir")
 
@@ -168,6 +200,10 @@ def _restore_step(mngr: ocp.CheckpointManager, step: int, state, wanted: dict):
                                                         data=ocp.args.JsonRestore()))
   if restored["data"] is None:
     raise ValueError("its input position is missing")
+  saved = restored["data"].pop(DIGEST, None)  # checkpoints written before digests were have none
+  if saved is not None and saved != digest(restored["state"]):
+    raise ValueError("its numbers are not those that were saved (their digest differs): a file was altered or "
+                     "damaged")
   if not guard.all_finite(restored["state"]):
     raise ValueError("it holds non-finite numbers")
   return restored

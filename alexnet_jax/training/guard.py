@@ -8,6 +8,7 @@ finite checkpoints away. A signal is turned into a request that the loop reads a
 its writers and raises Interrupted; a second signal ends the process at once.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -104,6 +105,23 @@ def _all_finite(tree) -> jax.Array:
 def all_finite(tree) -> bool:
   """Whether every floating-point number of a pytree (a train state) is finite."""
   return bool(_all_finite(tree))
+
+
+@contextlib.contextmanager
+def left_to_this_thread():
+  """Within: SIGNALS blocked in the calling thread, and so in the threads it starts and, through them, in the
+  processes those start (a thread's signal mask is inherited, and kept across exec): the feed thread and Grain's
+  data workers, which a signal to the whole process group (Slurm's scancel, a container's stop, Ctrl-C) would
+  otherwise reach too, killing a worker before the step is saved. Training handles them alone, then stops the
+  workers itself."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+  try:
+    yield
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is delivered here, to Signals
 
 
 class Signals:

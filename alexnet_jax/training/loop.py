@@ -134,7 +134,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   state = steps.enter(state)
 
   batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size))
-  batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
+  with guard.left_to_this_thread():
+    batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
   collapse, dead_logs, dead_since = None, 0, None  # guard.Collapsed, once COLLAPSE_LOGS logs in a row say so

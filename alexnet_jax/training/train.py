@@ -214,7 +214,8 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
     metrics = lax.psum(metrics, pmap_axis)
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], logits)
+  with jax.named_scope("metrics"):  # where the rows are spread (data parallelism), the spread's max and min are reduced
+    metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], logits)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

@@ -5,6 +5,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 
 LOCK = ".lock"  # in the workdir; holds the pid of the run that has it
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the disk (or a quota, or a file size limit) is full
@@ -35,9 +36,13 @@ def claim(workdir: str, lock: bool = True):
   OSError about a path in the workdir, or one that says the disk is full, becomes a WorkdirError of one line."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir {workdir} is a file, not a directory: pass a directory")
+  _check_length(workdir)
   try:
     os.makedirs(workdir, exist_ok=True)
     held = open(os.path.join(workdir, LOCK), "a+") if lock else None
+    for d in (workdir, os.path.join(workdir, "checkpoints")):  # before anything is trained that could not be saved
+      if os.path.isdir(d):
+        tempfile.TemporaryFile(dir=d).close()
   except OSError as e:
     raise unwritable(workdir, e) from None
   try:
@@ -51,6 +56,27 @@ def claim(workdir: str, lock: bool = True):
   finally:
     if held is not None:
       held.close()  # releases the flock
+
+
+# What the checkpoints add below the workdir at most (checkpoints/<step>/state/ocdbt.process_<i>/d/<32 hex digits>,
+# orbax's temporary names, TensorBoard's event files): a workdir this much under the system's limit can hold them.
+PATH_ROOM = 160
+
+
+def _check_length(workdir: str) -> None:
+  """A workdir whose checkpoints' paths would pass the system's limit is refused before training, not at the
+  first save."""
+  path = os.path.abspath(workdir)
+  parent = path
+  while not os.path.isdir(parent):
+    parent = os.path.dirname(parent)
+  try:
+    limit = os.pathconf(parent, "PC_PATH_MAX")
+  except (OSError, ValueError):
+    limit = 4096
+  if len(os.fsencode(path)) + PATH_ROOM > limit:
+    raise WorkdirError(f"--workdir is {len(os.fsencode(path)):,} bytes long: the checkpoints below it need "
+                       f"{PATH_ROOM} more, over this system's {limit:,}-byte limit on a path; pass a shorter one")
 
 
 def _take(lock, workdir: str) -> None:
