@@ -453,19 +453,24 @@ def test_an_empty_workdir_flag_is_refused_rather_than_meaning_the_default(tiny_f
   assert run.stderr.strip() == "error: --workdir is empty: give it a path, or leave the flag out"
 
 
-def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file):
+@pytest.mark.parametrize("limit,where", [(200_000, "checkpoint"), (5_000, "metrics")])
+def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file, limit, where):
   # A file size limit fails writes as a full disk does (EFBIG rather than ENOSPC), without root or a filesystem:
-  # the metrics fit in 200 kB, a checkpoint (1.2 MB of weights) does not.
+  # the metrics fit in 200 kB, a checkpoint (1.2 MB of weights) does not; in 5 kB, TensorBoard's events of a few
+  # logs do not either (checkpoints only at the end).
   tmp_path = tmp_path / "run"
-  limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
+  limited = (f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+  more = ["--config.log_every_steps=1", "--config.checkpoint_every_steps=1000"] if where == "metrics" else []
   run = subprocess.run([sys.executable, "-c", limited, "scripts/train.py", "--config", tiny_file, "--workdir",
-                        str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        str(tmp_path), *more], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1
+  said = {"checkpoint": f"error: cannot save a checkpoint in {tmp_path}/checkpoints: {os.strerror(errno.EFBIG)};",
+          "metrics": f"error: cannot write in {tmp_path}: {os.strerror(errno.EFBIG)} ({tmp_path}):"}[where]
   assert run.stderr.strip().splitlines()[-1].endswith(
-      f"error: cannot save a checkpoint in {tmp_path}/checkpoints: {os.strerror(errno.EFBIG)}; free space, then "
-      "rerun the same command to resume from the last checkpoint")
+      f"{said} free space, then rerun the same command to resume from the last checkpoint"), run.stderr[-2000:]
   assert "Traceback" not in run.stderr and not re.search(r"^E\d{4} ", run.stderr, re.M)  # nor orbax's error logs
+  assert "Exception" not in run.stderr  # nor a thread's or an exit handler's
 
 
 # Scripts.

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -45,11 +46,15 @@ class _OrbaxLogs(logging.Filter):
 
 
 class _OrbaxTasks(logging.Filter):
-  """Drops asyncio's "Task exception was never retrieved" for orbax's tasks (the repr of their coroutine names its
-  file): the failed write such a task carries is the one that save() reports in one line."""
+  """Drops asyncio's "Task (or Future) exception was never retrieved" for orbax's reads and writes (the repr of a
+  task's coroutine names orbax's file, a write's error its temporary directory, or the exception's traceback runs
+  through orbax): the failed write such a task carries is the one that save() reports in one line."""
 
   def filter(self, record):
-    return f"{os.sep}orbax{os.sep}" not in record.getMessage()
+    tb = record.exc_info[2] if record.exc_info else None
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(tb)]
+    return not any(f"{os.sep}orbax{os.sep}" in text or ".orbax-checkpoint-tmp" in text
+                   for text in (record.getMessage(), *frames))
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of the same command resumes from.
 """
 
+import contextlib
 import functools
 import os
 import time
@@ -104,11 +105,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   the same on every process, with that step saved (guard.Interrupted); a non-finite loss or state stops it without
   saving (guard.Diverged)."""
   config = validate(config)
-  with workdirs.claim(workdir, lock=jax.process_index() == 0), guard.Signals() as signals:
-    return _train_and_evaluate(config, workdir, signals)
+  # `closing` closes the metric writer and the feed on the way out of an error too: tensorboardX's own clean-up at
+  # exit would print a traceback, and the feed's data workers would outlive the run.
+  with (workdirs.claim(workdir, lock=jax.process_index() == 0), guard.Signals() as signals,
+        contextlib.ExitStack() as closing):
+    return _train_and_evaluate(config, workdir, signals, closing)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals: guard.Signals) -> dict:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals: guard.Signals,
+                        closing: contextlib.ExitStack) -> dict:
   dataset = get_dataset(config)
   setup = dataset_setup(config, dataset)
   key = jax.random.key(config.seed)
@@ -123,6 +128,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   described = run.describe(config, dataset, setup.net.table)
   writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
   if writer:
+    closing.callback(writer.close)
     run.write(workdir, described)
     if start == 0:
       writer.write_config(config)
@@ -136,6 +142,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size))
   with guard.left_to_this_thread():
     batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
+  closing.callback(batches_on_device.close)
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
   collapse, dead_logs, dead_since = None, 0, None  # guard.Collapsed, once COLLAPSE_LOGS logs in a row say so

@@ -4,14 +4,21 @@ metrics.jsonl is only ever appended to, a whole line per write, and holds valid 
 written as null. A run that resumes cuts the file after the last line it keeps (it trains the later steps again); a
 half-written last line, left by a run that died mid-write, is cut off with a warning; a run that starts from
 scratch keeps the earlier history as metrics.jsonl.1 (.2, …).
+
+TensorBoard's events are written by this thread, each log's at once and flushed: a full disk fails the write that
+meets it, which stops the run in one line (workdirs.py), where tensorboardX's SummaryWriter would meet it in a
+thread of its own and again at exit, with a traceback each time.
 """
 
 import json
 import logging
 import math
 import os
+import time
 
-import tensorboardX
+from tensorboardX import summary
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
 
 JSONL = "metrics.jsonl"
 
@@ -63,7 +70,10 @@ class MetricWriter:
     self.jsonl = os.path.join(workdir, JSONL)
     if os.path.exists(self.jsonl):
       self._keep_until(resume_step)
-    self.tb = tensorboardX.SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step or None)
+    os.makedirs(os.path.join(workdir, "tensorboard"), exist_ok=True)
+    self.events = EventsWriter(os.path.join(workdir, "tensorboard", "events"))
+    if resume_step:  # TensorBoard hides the earlier files' events from this step on: the resumed run trains them again
+      self.events.write_event(Event(step=resume_step, session_log=SessionLog(status=SessionLog.START)))
 
   def _keep_until(self, step: int) -> None:
     """Cuts metrics.jsonl before its first line past `step`, in place; a run from scratch moves the file aside
@@ -86,15 +96,21 @@ class MetricWriter:
     os.truncate(self.jsonl, cut)
 
   def write(self, split: str, step: int, scalars: dict) -> None:
+    now = time.time()
     for name, value in scalars.items():
-      self.tb.add_scalar(f"{split}/{name}", value, step)
-    self.tb.flush()
+      self.events.write_event(Event(wall_time=now, step=step, summary=summary.scalar(f"{split}/{name}", value)))
+    self.events.flush()
     row = {k: _finite(v) for k, v in dict(step=step, split=split, **scalars).items()}
     with open(self.jsonl, "a") as f:
       f.write(json.dumps(row, allow_nan=False) + "\n")
 
   def write_config(self, config) -> None:
-    self.tb.add_text("config", "```\n" + str(config) + "\n```", 0)
+    self.events.write_event(Event(wall_time=time.time(), step=0,
+                                  summary=summary.text("config", "```\n" + str(config) + "\n```")))
+    self.events.flush()
 
   def close(self) -> None:
-    self.tb.close()
+    """Closes the event file; once (a run's error path closes it too)."""
+    if self.events is not None:
+      events, self.events = self.events, None
+      events.close()
