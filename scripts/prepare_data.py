@@ -103,6 +103,9 @@ def main(argv):
     manifest, written = prepare.write_store(f.store, splits, settings, f.workers)
   except DataError as e:
     sys.exit(f"error: {e}")
+  except OSError as e:  # a full disk, or a store directory that cannot be written
+    sys.exit(f"error: cannot write the store in {f.store}: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+             "; free space or choose another --store, then run the same command again: it keeps the shards written")
   report(f.store, manifest, written, time.perf_counter() - start)
 
 

@@ -499,6 +499,16 @@ def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, messa
   assert run.stderr.strip().startswith(message.format(path=path)) and len(run.stderr) < 300
 
 
+@pytest.mark.parametrize("encoding", [dict(PYTHONIOENCODING="ascii"),
+                                      dict(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")])
+def test_a_terminal_in_ascii_gets_escapes_not_an_error(tmp_path, tiny_file, encoding):
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LC_ALL", "LANG", "PYTHONUTF8")}
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", tiny_file, "--workdir", str(tmp_path / "run"),
+                        "--config.num_epochs=0.2"], cwd=ROOT, capture_output=True, timeout=300, env=env | encoding)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert b"steps 0\\u21922, workdir" in run.stdout and b"final eval: top-1" in run.stdout  # → as \u2192
+
+
 @pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py", "predict.py"])
 def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path, script):
   typo = tmp_path / "rnus" / "demo"

@@ -1,9 +1,11 @@
 """The paper's store (data/store.py, data/prepare.py, scripts/prepare_data.py): writer and reader through tfds's
 mock data and an image folder of odd inputs; determinism, resume, the manifest and the reader's errors."""
 
+import errno
 import filecmp
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -324,3 +326,22 @@ def test_your_own_images_in_three_commands_as_printed(folder, tmp_path):
     assert all(sorted(part.split()[0] for part in line.split(": ")[1].split(", ")) == ["a", "b"] for line in lines)
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_full_disk_stops_prepare_in_one_line_and_a_rerun_completes_the_store(folder, written, tmp_path):
+  # A file size limit fails writes as a full disk does (EFBIG), without root: 1 kB holds no shard of 90% JPEGs.
+  limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)); "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+  out = tmp_path / "store"
+  args = ["scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}", f"--store={out}", f"--size={SIZE}",
+          "--shard_size=3", "--workers=1"]
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  run = subprocess.run([sys.executable, "-c", limited, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 1 and "Traceback" not in run.stderr
+  assert re.fullmatch(rf"error: cannot write the store in {out}: {out}/\S+\.array_record: {os.strerror(errno.EFBIG)}; "
+                      "free space or choose another --store, then run the same command again: it keeps the shards "
+                      "written", run.stderr.strip().splitlines()[-1]), run.stderr
+  rerun = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert rerun.returncode == 0, rerun.stderr
+  assert_same_files(written[0], out)

@@ -48,11 +48,17 @@ def decode_record(record: bytes) -> dict:
 
 
 def write_shard(path: str, records: list[bytes]) -> None:
+  """Writes the shard whole or not at all; an OSError naming it where it cannot be (array_record raises a
+  RuntimeError for a full disk)."""
   tmp = path + ".tmp"
-  writer = ArrayRecordWriter(tmp, WRITER_OPTIONS)
-  for record in records:
-    writer.write(record)
-  writer.close()
+  try:
+    writer = ArrayRecordWriter(tmp, WRITER_OPTIONS)
+    for record in records:
+      writer.write(record)
+    writer.close()
+  except RuntimeError as e:
+    reason = str(e).split("failed: ", 1)[-1].split(";")[0]  # "write() failed: File too large; writing …"
+    raise OSError(f"{path}: {reason}") from None
   os.replace(tmp, path)
 
 
