@@ -30,7 +30,7 @@ from alexnet_jax.data.pipeline import make_dataset
 from alexnet_jax.data.placement import Rows
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import get_network
-from alexnet_jax.training import loop, train
+from alexnet_jax.training import guard, loop, train
 
 
 def data_config(name, **dataset):
@@ -265,17 +265,21 @@ def test_worker_processes_give_the_same_batches(small):
     iterator.close()
 
 
-def test_worker_processes_leave_ctrl_c_to_the_training_process(small):
-  # A terminal's Ctrl-C reaches the whole process group; the training process saves and stops its workers, which
-  # must not die of it on their own (with a traceback each).
-  iterator = iterate(train_batches(small, 4), 0, 1)
-  try:
+def test_worker_processes_leave_stop_signals_to_the_training_process(small):
+  # A terminal's Ctrl-C, Slurm's scancel and a container's stop reach the whole process group; the training process
+  # saves and stops its workers, which must not die of them on their own (with a traceback each). Started as
+  # training starts them (training/loop.py), they hold those signals blocked from their first instruction.
+  with guard.left_to_this_thread():
+    iterator = iterate(train_batches(small, 4), 0, 1)
     next(iterator)
+  try:
     children = [pid for task in os.listdir("/proc/self/task")
                 for pid in open(f"/proc/self/task/{task}/children").read().split()]
-    ignored = [int(line.split()[1], 16) for pid in children for line in open(f"/proc/{pid}/status")
-               if line.startswith("SigIgn:")]
-    assert ignored and all(mask >> (signal.SIGINT - 1) & 1 for mask in ignored), (children, ignored)
+    workers = [pid for pid in children if b"spawn_main" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    blocked = [int(line.split()[1], 16) for pid in workers for line in open(f"/proc/{pid}/status")
+               if line.startswith("SigBlk:")]
+    assert blocked and all(mask >> (s - 1) & 1 for mask in blocked for s in guard.SIGNALS), (workers, blocked)
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(guard.SIGNALS)  # this thread takes them again
   finally:
     iterator.close()
 

@@ -25,7 +25,6 @@ uses; train.logits_fn transposes them to CHWN, the layout of the kernels.
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Iterator
 
 import grain
@@ -146,14 +145,7 @@ def iterate(batches, start: int, workers: int):
   # Only the images travel through shared memory: a block per small array costs more than a copy, and a worker
   # stopped between making its blocks and handing them over leaves them behind (Grain issue #398).
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
-  # Those that a run stopped (a signal, the end) leaves behind, multiprocessing's resource tracker removes when the
-  # run ends, with a warning that is no news to the user; it takes this process's -W options when it starts.
-  if LEFT_BLOCKS_QUIET not in sys.warnoptions:
-    sys.warnoptions.append(LEFT_BLOCKS_QUIET)
   return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
-
-
-LEFT_BLOCKS_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
 
 
 def _ahead() -> grain.ReadOptions:

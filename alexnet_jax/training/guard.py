@@ -11,7 +11,9 @@ its writers and raises Interrupted; a second signal ends the process at once.
 import contextlib
 import os
 import signal
+import sys
 import threading
+from multiprocessing import resource_tracker
 
 import jax
 import jax.numpy as jnp
@@ -107,6 +109,9 @@ def all_finite(tree) -> bool:
   return bool(_all_finite(tree))
 
 
+TRACKER_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+
+
 @contextlib.contextmanager
 def left_to_this_thread():
   """Within: SIGNALS blocked in the calling thread, and so in the threads it starts and, through them, in the
@@ -117,6 +122,13 @@ def left_to_this_thread():
   if threading.current_thread() is not threading.main_thread():
     yield
     return
+  # multiprocessing's resource tracker, started on first need, unblocks SIGINT and SIGTERM in the thread that starts
+  # it (CPython's resource_tracker.ensure_running), which would undo this for the processes started after it: it is
+  # started first. It removes the shared-memory blocks that workers stopped mid-batch leave (data/pipeline.py) when
+  # the run ends, with a warning that is no news to the user: it takes this process's -W options as it starts.
+  if TRACKER_QUIET not in sys.warnoptions:
+    sys.warnoptions.append(TRACKER_QUIET)
+  resource_tracker.ensure_running()
   held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
   try:
     yield
