@@ -22,7 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from alexnet_jax.config import apply_process_settings, validate
+from alexnet_jax.config import apply_process_settings
 from alexnet_jax.data import augment, get_dataset, sources
 from alexnet_jax.training import loop, run
 from alexnet_jax.training.train import class_log_probs, eval_step
@@ -74,7 +74,7 @@ class Model:
     config = run.read(workdir).config
     config.mesh.model, config.mesh.data = 1, 1
     config.update(overrides)
-    self.run, self.setup, self.state = loop.restore_newest(workdir, validate(config))
+    self.run, self.setup, self.state = loop.restore_newest(workdir, config)
     self.workdir = workdir
     self._scores = jax.jit(lambda params, images, crops: class_log_probs(self.setup, params, images, crops),
                            static_argnums=2)

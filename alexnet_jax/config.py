@@ -240,10 +240,13 @@ def validate_key(config, name: str) -> None:
     raise ValueError(f"config.{name} must be {allowed}, got {value!r}")
 
 
-def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Raises one ValueError naming the first value not allowed (unknown keys never get in: the config is locked)."""
+def validate(config: ml_collections.ConfigDict, table=None) -> ml_collections.ConfigDict:
+  """Raises one ValueError naming the first value not allowed (unknown keys never get in: the config is locked).
+  `table`: the network itself (a run's, from its run.json), which config.network then need not name among the
+  networks registered in this process (one registered by the run's config file)."""
   for name in KEYS:
-    validate_key(config, name)
+    if name != "network" or table is None:
+      validate_key(config, name)
   if config.parallel_api == "pmap" and config.strategy != "data":
     raise ValueError(f"config.parallel_api='pmap' is data parallelism: it needs config.strategy='data', got "
                      f"{config.strategy!r}")
@@ -252,17 +255,17 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
-  _check_image_size(config)
+  _check_image_size(config, table)
   return config
 
 
-def _check_image_size(config) -> None:
+def _check_image_size(config, table=None) -> None:
   """One line for an image too small for the network's windows, before any data is read at that size."""
   from alexnet_jax.network.shapes import layer_shapes  # noqa: PLC0415
   from alexnet_jax.network.table import get_network  # noqa: PLC0415
 
-  table = get_network(config.network, num_classes=max(2, config.dataset.num_classes), width=config.width,
-                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = table or get_network(config.network, num_classes=max(2, config.dataset.num_classes), width=config.width,
+                               towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
   try:
     layer_shapes(table, config.image_size)
   except ValueError as e:

@@ -130,7 +130,8 @@ def main(argv):
           f"{r['temp_mib']:8.1f} {r['xla_nhwc_temp_mib']:8.1f}")
   total = {k: sum(r[k] for r in convs) for k in ("ms", "xla_nhwc_ms", "xla_chwn_ms")}
   print(f"{'convs':6} {'all':6} {total['ms']:8.3f} {'':8} {total['xla_nhwc_ms']:8.3f} {'':8} "
-        f"{total['xla_chwn_ms']:8.3f} {total['xla_nhwc_ms'] / total['ms']:6.2f} {total['xla_chwn_ms'] / total['ms']:6.2f}")
+        f"{total['xla_chwn_ms']:8.3f} {total['xla_nhwc_ms'] / total['ms']:6.2f} "
+        f"{total['xla_chwn_ms'] / total['ms']:6.2f}")
   print(f"\n{'layer':6} {'phase':6} {'ours ms':>8} {'GB/s':>8} {'XLA ms':>8} {'×XLA':>6}")
   for r in maps:
     print(f"{r['layer']:6} {r['phase']:6} {r['ms']:8.3f} {r['gbps']:8.0f} {r['xla_chwn_ms']:8.3f} "

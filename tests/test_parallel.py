@@ -83,7 +83,8 @@ def test_auto_compiles_to_the_reference_program_off_cuda():
   # inside the shard_map, XLA:CPU picked CHWN layouts for half the convolutions and the demo's step took 4× longer:
   # the compiled step on the 2-device mesh must be the 'xla' one, convolution layouts included.
   texts = {backend: compiled_train_step(small_config(kernel_backend=backend))[1] for backend in ("auto", "xla")}
-  convs = {backend: sorted(re.findall(r"convolution\(.*?dim_labels=([\w>-]+)", text)) for backend, text in texts.items()}
+  convs = {backend: sorted(re.findall(r"convolution\(.*?dim_labels=([\w>-]+)", text))
+           for backend, text in texts.items()}
   assert convs["auto"] == convs["xla"] and len(convs["xla"]) == 14, convs
   assert " conditional(" not in texts["auto"]
 

@@ -519,3 +519,20 @@ def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path
   assert run.stderr.strip().splitlines()[-1] == f"error: --workdir {typo} is not a directory: pass the workdir of a " \
                                                 "training run"
   assert "Traceback" not in run.stderr and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py"])
+def test_scripts_that_cannot_write_their_output_say_so_in_one_line(finished, tmp_path, script):
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  os.remove(os.path.join(workdir, "curves.png"))
+  os.mkdir(os.path.join(workdir, "curves.png"))  # visualize cannot write its picture over a directory
+  where = {"evaluate.py": ["--out", "/proc/alexnet_jax_eval.json"], "visualize.py": [],
+           "export.py": ["--out", "/proc/alexnet_jax.artifact"]}[script]
+  run = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", workdir, *where], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+  last = run.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and (where[-1] if where else "curves.png") in last, last
+  if script == "evaluate.py":  # what it computed is not lost
+    assert last.endswith("; the results are above") and "top-1 error" in run.stdout

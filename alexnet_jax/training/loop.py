@@ -80,7 +80,7 @@ def restore_newest(workdir: str, config=None) -> tuple[run.Run, Setup, TrainStat
   with a reader's overrides) in place of the run's own."""
   described = run.read(workdir)
   if config is not None:
-    described = run.with_overrides(described, validate(config))
+    described = run.with_overrides(described, validate(config, described.table))
   manager = checkpoints.existing(workdir, described.config)
   if manager.latest_step() is None:
     raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
