@@ -259,13 +259,19 @@ def validate(config: ml_collections.ConfigDict, table=None) -> ml_collections.Co
   return config
 
 
+def network_table(config, num_classes: int):
+  """The layer table that config.network names, for `num_classes` classes, at the config's width, towers and LRN."""
+  from alexnet_jax.network.table import get_network  # noqa: PLC0415
+
+  return get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
+                     lrn_alpha_over_n=config.lrn_alpha_over_n)
+
+
 def _check_image_size(config, table=None) -> None:
   """One line for an image too small for the network's windows, before any data is read at that size."""
   from alexnet_jax.network.shapes import layer_shapes  # noqa: PLC0415
-  from alexnet_jax.network.table import get_network  # noqa: PLC0415
 
-  table = table or get_network(config.network, num_classes=max(2, config.dataset.num_classes), width=config.width,
-                               towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = table or network_table(config, max(2, config.dataset.num_classes))
   try:
     layer_shapes(table, config.image_size)
   except ValueError as e:

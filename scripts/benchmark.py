@@ -160,11 +160,10 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
 
 def measure_torch(config, steps: int, windows: int, peak_tflops: float) -> dict:
   """measure's row for the config's table in PyTorch on the first GPU (measure/torch_step.py)."""
+  from alexnet_jax.config import network_table  # noqa: PLC0415
   from alexnet_jax.measure import systems, torch_step  # noqa: PLC0415
-  from alexnet_jax.network.table import get_network  # noqa: PLC0415
 
-  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
-                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = network_table(config, config.dataset.num_classes or 1000)
   row = torch_step.measure(config, table, steps, windows)
   flops = systems.train_flops_per_image(table, config.image_size)
   return row | dict(flops_per_image=flops, mfu=flops * row["images_per_s"] / (peak_tflops * 1e12),

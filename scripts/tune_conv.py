@@ -196,11 +196,10 @@ def main(argv):
   args = flags.FLAGS
   if args.mode == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
     raise ValueError("--mode interpret needs TRITON_INTERPRET=1 in the environment")
-  from alexnet_jax.network.table import get_network  # noqa: PLC0415
+  from alexnet_jax.config import network_table  # noqa: PLC0415
 
   config = args.config
-  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
-                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = network_table(config, config.dataset.num_classes or 1000)
   jobs = jobs_for(table, config.image_size, args)
   ctx = multiprocessing.get_context("spawn")
   queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()

@@ -23,9 +23,8 @@ import numpy as np
 from absl import flags
 
 from alexnet_jax import cli
-from alexnet_jax.config import apply_process_settings, paper_config
+from alexnet_jax.config import apply_process_settings, network_table, paper_config
 from alexnet_jax.measure import kernel_checks
-from alexnet_jax.network.table import get_network
 
 cli.define_config("the model check's config (default: the paper's, in bfloat16)")
 flags.DEFINE_integer("batch", 128, "the batch of the kernel checks' layer shapes")
@@ -66,8 +65,7 @@ def main(argv):
   if args.config is None:  # the paper's two towers in bfloat16, on as many devices as there are
     config.dtype, config.mesh.model = "bfloat16", min(2, jax.device_count())
   key = jax.random.key(0)
-  table = get_network(config.network, num_classes=config.dataset.num_classes or 1000, width=config.width,
-                      towers=config.towers, lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = network_table(config, config.dataset.num_classes or 1000)
   rows = [row for case in kernel_checks.table_cases(table, config.image_size, args.batch)
           for row in kernel_checks.check(case, args.backend, key)]
   model = None if args.skip_model else check_model(config, args.backend, key)

@@ -25,7 +25,7 @@ import logging
 import numpy as np
 import simplejpeg
 
-from alexnet_jax.data import augment
+from alexnet_jax.data import augment, sources
 from alexnet_jax.data.sources import UNREADABLE, DataError, decode
 
 # The stated cost of fast_decode, |fast − PIL| in levels of 0..255, with room over the worst measured (4.9, 45).
@@ -131,8 +131,7 @@ class Decoder:
 
   def where(self, i: int) -> str:
     """Example i, as messages name it: its file, or its store's shard and record, or its index."""
-    where = getattr(self.source, "where", None)
-    return where(i) if where else f"#{i}"
+    return sources.where(self.source, i)
 
   def _label(self, i: int, example: dict) -> int:
     """Example i's label, checked to be a class: a label outside them would train on wrong targets, silently."""

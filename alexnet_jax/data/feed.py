@@ -28,7 +28,7 @@ class Feed:
   def __init__(self, host_batches, putter):
     self._host, self._putter = host_batches, putter
     self._ready = queue.Queue(AHEAD)
-    self._stop, self._closed = threading.Event(), False
+    self._stop = threading.Event()
     self.seconds = dict(host=0.0, put=0.0, loop=0.0)
     self._thread = threading.Thread(target=self._run, name="feed", daemon=True)
     self._thread.start()
@@ -81,10 +81,7 @@ class Feed:
     return item
 
   def close(self) -> None:
-    """Stops the thread, then the host iterator's worker processes and the putter's decoding processes, if any; once."""
-    if self._closed:
-      return
-    self._closed = True
+    """Stops the thread, then the host iterator's worker processes and the putter's decoding processes, if any."""
     self._stop.set()
     self._thread.join()
     while not self._ready.empty():

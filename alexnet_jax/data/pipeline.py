@@ -238,8 +238,7 @@ class _First:
     return self.source[i]
 
   def where(self, i: int) -> str:
-    where = getattr(self.source, "where", None)
-    return where(i) if where else f"#{i}"
+    return sources.where(self.source, i)
 
 
 def _first(source, n: int):

@@ -116,6 +116,13 @@ class ImageFolder:
     return self.files[i]
 
 
+def where(source, i: int) -> str:
+  """Example i of `source`, as messages name it: its file, or its store's shard and record (the source's own
+  `where`), else its index."""
+  named = getattr(source, "where", None)
+  return named(i) if named else f"#{i}"
+
+
 def _regular(path: str) -> bool:
   try:
     return stat.S_ISREG(os.stat(path).st_mode)

@@ -73,7 +73,7 @@ def measure(config, table: Table, steps: int, windows: int) -> dict:
                           weight_decay=config.weight_decay, foreach=True)
   forward = torch.compile(model)
   n, crop, size = config.batch_size, config.image_size, config.dataset.resize or config.image_size
-  classes = model[-1].out_features if isinstance(model[-1], torch.nn.Linear) else model[-2].out_features
+  classes = table.weighted()[-1].filters
   g = torch.Generator(device=device).manual_seed(0)
   images = torch.randint(0, 256, (n, size, size, 3), dtype=torch.uint8, device=device, generator=g)
   offsets = torch.randint(0, size - crop + 1, (n, 2), device=device, generator=g)

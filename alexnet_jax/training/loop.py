@@ -194,10 +194,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     if diverged or collapse or signalled:
       break
   bar.close()
-  batches_on_device.close()  # stops its thread and the worker processes, if any
+  closing.close()  # the feed (its thread and worker processes, if any) and the metric writer
   checkpoints.wait(manager)
-  if writer:
-    writer.close()
   if diverged:
     raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
   if collapse:

@@ -110,7 +110,4 @@ class MetricWriter:
     self.events.flush()
 
   def close(self) -> None:
-    """Closes the event file; once (a run's error path closes it too)."""
-    if self.events is not None:
-      events, self.events = self.events, None
-      events.close()
+    self.events.close()

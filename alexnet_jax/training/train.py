@@ -19,13 +19,13 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.config import MAX_STEPS
+from alexnet_jax.config import MAX_STEPS, network_table
 from alexnet_jax.data import device_augment
 from alexnet_jax.data.placement import Rows
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network
-from alexnet_jax.network.table import Table, get_network
+from alexnet_jax.network.table import Table
 from alexnet_jax.training import guard
 
 
@@ -57,8 +57,7 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
                table: Table | None = None) -> Setup:
   """The setup of `config` for a dataset of `num_classes`, `num_train` examples and these statistics; `table` in
   place of the registered network's (a run's own, from its run.json)."""
-  table = table or get_network(config.network, num_classes=num_classes, width=config.width, towers=config.towers,
-                               lrn_alpha_over_n=config.lrn_alpha_over_n)
+  table = table or network_table(config, num_classes)
   if table.towers != config.towers:
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
   mesh = sharding.make_mesh(config.mesh.model, config.mesh.data)
