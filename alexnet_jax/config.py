@@ -8,6 +8,7 @@ setting it (in a config file, in code or as --config.key) raises an error that n
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +16,12 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
+CACHES = ("none", "device")  # where decoded training images are kept between epochs (data/cache.py)
 GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
 SCHEDULES = ("steps", "cosine")
 MAX_STEPS = 2**31 - 1  # steps are int32 on the devices
+CACHE_MEMORY_FRACTION = 0.95  # of a GPU's memory for JAX's pool, when the device cache takes what the step leaves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +176,10 @@ KEYS = {
     "dataset.host_share": Key(0.0, Range(float, 0, 1), "with decoder 'gpu': the share of each batch the host "
                               "decodes beside the devices"),
     "dataset.gpu_backends": Key("all", Choice(GPU_BACKENDS), "with decoder 'gpu': nvImageCodec's backends"),
+    "dataset.cache": Key("none", Choice(CACHES), "'device': each training image decoded once per run, kept in "
+                         "device memory and read there in later epochs; 'none': decoded every epoch"),
+    "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with cache 'device': the bytes it may take on each device "
+                               "(0: what the step leaves free)"),
     "dataset.fast_decode": Key(False, BOOL, "libjpeg-turbo's fast DCT and upsampling (pixels off by ≤ 45)"),
     "batch_size": Key(128, COUNT, "the global training batch"),
     "eval_batch_size": Key(128, COUNT, "the global evaluation batch"),
@@ -226,12 +233,16 @@ def describe(config) -> str:
 
 def apply_process_settings(config: ml_collections.ConfigDict) -> None:
   """Sets what a config fixes for the whole process, so a script calls it before its first JAX call: if
-  config.cpu_devices > 0, how many CPU devices JAX simulates."""
+  config.cpu_devices > 0, how many CPU devices JAX simulates; with a device cache that takes what the step leaves,
+  JAX's share of GPU memory (CACHE_MEMORY_FRACTION, unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise)."""
   import jax  # noqa: PLC0415  (configs import this module before jax is set up)
 
   validate_key(config, "cpu_devices")  # before JAX makes that many
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  if config.dataset.cache == "device" and not config.dataset.cache_bytes:
+    # The cache takes what JAX's memory pool leaves beside the step, and the pool is 75 % of a GPU by default.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(CACHE_MEMORY_FRACTION))
 
 
 def validate_key(config, name: str) -> None:
@@ -255,6 +266,9 @@ def validate(config: ml_collections.ConfigDict, table=None) -> ml_collections.Co
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
+  if config.dataset.cache != "none" and config.dataset.decoder == "gpu":
+    raise ValueError("config.dataset.cache='device' keeps images the host decoded: it needs config.dataset.decoder "
+                     "'cpu' or 'auto', got 'gpu'")
   _check_image_size(config, table)
   return config
 

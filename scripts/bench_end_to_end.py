@@ -20,12 +20,18 @@ Rows, all in one process and one compiled step:
               decoding them from its thread, steps back to back); images/s, the ratio to synthetic, and where the
               feed's thread spent the time: waiting for host batches, putting them, waiting for the loop; where
               the devices decode, the decoder's too (nvdecode.DeviceDecoder.seconds, shares of the time).
+  cache       for each fraction f in --cache, the first setting's host path with the device cache holding f of the
+              store (data/cache.py): the first epoch (the host decodes every image, the cache fills) and the
+              epochs after it (the host decodes the 1 − f not cached), against the model min(synthetic, host alone
+              ÷ (1 − f)); and how many images of ImageNet's 1,281,167 the cache would hold on this device beside
+              the step (config.dataset.cache_bytes 0).
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
 import collections
 import functools
 import json
+import math
 import os
 import statistics
 import threading
@@ -38,7 +44,7 @@ from bench_input import pipeline_rate  # scripts/, beside this file
 
 from alexnet_jax import cli
 from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
-from alexnet_jax.data import get_dataset, iterate, nvdecode, train_batches
+from alexnet_jax.data import cache, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
 from alexnet_jax.data.placement import Rows, random_batch
@@ -119,7 +125,49 @@ flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:
                     "decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
 flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
                     "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
+flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated ('' none)")
 flags.DEFINE_string("json", None, "write the rows here")
+IMAGENET_TRAIN = 1_281_167
+
+
+def cache_rows(config, dataset, setup, step, fractions: list[float], workers: int, steps: int, host: float,
+               synthetic: float) -> list[dict]:
+  """The cache rows: per fraction, the first epoch's images/s and the later epochs', the model's."""
+  batch, out = config.batch_size, []
+  blocks = math.prod(setup.mesh.shape[a] for a in setup.batch_rows.axes)
+  for fraction in fractions:
+    rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, blocks, 0)
+    feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers),
+                cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, rule))
+    warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
+    for _ in range(warm):
+      jax.block_until_ready(step(next(feed)[0]))
+    first = images_per_s(lambda: step(next(feed)[0]), batch, filled - warm - 1, windows=1)  # noqa: B023
+    for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
+      jax.block_until_ready(step(next(feed)[0]))
+    later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows=1)  # noqa: B023
+    feed.close()
+    model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
+    out.append(dict(fraction=fraction, images=rule.slots, first_epoch_steps=filled - warm - 1,
+                    first_epoch_images_per_s=first, first_epoch_of_host=first / host, later_images_per_s=later,
+                    of_synthetic=later / synthetic, model_images_per_s=model))
+    print(out[-1], flush=True)
+  return out
+
+
+def imagenet_fits(config, dataset, setup, state, key) -> dict:
+  """How many of ImageNet's training images at this store's S the cache would hold on each device beside the step."""
+  config = config.copy_and_resolve_references()
+  config.dataset.cache_bytes = 0
+  step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
+  example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
+             for k, v in random_batch(config.batch_size, setup.image_size, 2, size=dataset.size).items()}
+  need = cache.step_bytes(step, state, example, key)
+  try:
+    held = cache.slots(config, IMAGENET_TRAIN, dataset.size, setup.mesh, need)
+  except ValueError as e:  # devices that do not report their memory
+    return dict(error=str(e))
+  return dict(step_bytes=need, images=held, of_imagenet=held / IMAGENET_TRAIN)
 
 
 def main(argv):
@@ -173,6 +221,16 @@ def main(argv):
                decoding={k: (decoding[k] - decoding_before[k]) / elapsed for k in decoding})
     out["rows"].append(row)
     print(row, flush=True)
+  if args.cache:
+    first = args.settings.split(",")[0].split(":")
+    config.dataset.update(dict(decoder="cpu", workers=int(first[1]), threads=int(first[2]), host_share=0.0))
+    data = get_dataset(config)
+    host = pipeline_rate(data, batch, args.steps, int(first[1]))
+    out["cache_host_images_per_s"] = host
+    out["cache"] = cache_rows(config, data, setup, step, [float(f) for f in args.cache.split(",")], int(first[1]),
+                              args.steps, host, out["synthetic_images_per_s"])
+    out["imagenet_in_cache"] = imagenet_fits(config, data, setup, state, key)
+    print(f"ImageNet in the cache: {out['imagenet_in_cache']}", flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
         f"{'of synthetic':>12}  feed thread: host / put / loop")
   for r in out["rows"]:

@@ -67,10 +67,11 @@ class Decoder:
     images, labels, skipped = self.rows(indices)
     return images, labels, int(skipped.sum())
 
-  def rows(self, indices) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  def rows(self, indices, out=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """batch's images and labels, and per row the unreadable examples passed over (N,) int: a row whose own example
-    could not be read holds the next readable one's."""
-    images = np.empty((len(indices), self.size, self.size, 3), np.uint8)
+    could not be read holds the next readable one's. The images are decoded into `out` where given (N arrays of
+    (size, size, 3) uint8, e.g. rows of a larger batch), which is returned in their place."""
+    images = np.empty((len(indices), self.size, self.size, 3), np.uint8) if out is None else out
     reads = self._map(self.read_into, [int(i) for i in indices], images)  # a row of `images` is a view into it
     return (images, np.array([label for label, _ in reads], np.int32),
             np.array([skipped for _, skipped in reads], np.int64))

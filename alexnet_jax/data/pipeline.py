@@ -31,7 +31,7 @@ import grain
 import numpy as np
 from absl import flags
 
-from alexnet_jax.data import augment, decode, nvdecode, procedural, sources, store
+from alexnet_jax.data import augment, cache, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 
 MIN_SHM_BYTES = 1 << 20  # arrays from worker processes that come through shared memory rather than a pipe
@@ -94,6 +94,19 @@ class Dataset:
     images, labels, skipped = self.train.batch(draws["index"])
     return dict(image=images, **rest, label=labels), skipped
 
+  def cached_train_batch(self, draws: dict, places: np.ndarray, k: int, block: int) -> tuple[dict, int]:
+    """(batch, skipped) of a batch of draws under the device cache (cache.py's layout): only the rows `places`
+    marks (≥ 0) decoded, each into its block's rows of 'image' (blocks of `block` rows, K = `k` images each)."""
+    decode = np.flatnonzero(places >= 0)
+    images = np.zeros((len(places) // block * k, self.size, self.size, 3), np.uint8)
+    into = [images[r // block * k + places[r]] for r in decode]
+    _, decoded_labels, skipped = self.train.rows(draws["index"][decode], out=into)
+    labels = np.full(len(places), -1, np.int32)
+    labels[decode] = decoded_labels
+    batch = dict(image=images, decoded=places, index=draws["index"].astype(np.int32), offset=draws["offset"],
+                 flip=draws["flip"], shift=draws["shift"], label=labels)
+    return batch, int(skipped.sum())
+
   def eval_batch(self, indices: np.ndarray, size: int, rows: slice = slice(None)) -> dict:
     """Rows `rows` of examples `indices` padded to `size` by repeating the last, the padding masked out, and so is
     a row whose example could not be read (it holds the next readable one, which counts in its own row):
@@ -105,14 +118,15 @@ class Dataset:
 
 
 def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1,
-                  rows: slice | None = None):
+                  rows: slice | None = None, cached: cache.Rule | None = None):
   """A grain.MapDataset whose element `step` is (batch, skipped): this process's share of the global batch of
   training step `step`, and how many unreadable images its examples passed over.
 
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
   every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
-  data.placement.Rows.process_rows).
+  data.placement.Rows.process_rows). Under the device cache's rule `cached`, the rows it holds are not decoded
+  (cache.py's batch layout).
   """
   if rows is None:
     if batch_size % process_count:
@@ -120,11 +134,16 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
     share = batch_size // process_count
     rows = slice(process_index * share, (process_index + 1) * share)
   draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().batch(batch_size)
-  return draws.random_map(dataset.draw).map(functools.partial(_process_share, dataset, rows))
+  return draws.random_map(dataset.draw).map_with_index(functools.partial(_process_share, dataset, rows, cached))
 
 
-def _process_share(dataset: Dataset, rows: slice, draws: dict) -> tuple[dict, int]:
-  return dataset.train_batch({k: v[rows] for k, v in draws.items()})
+def _process_share(dataset: Dataset, rows: slice, cached: cache.Rule | None, step: int,
+                   draws: dict) -> tuple[dict, int]:
+  share = {k: v[rows] for k, v in draws.items()}
+  if cached is None or not cached.slots:
+    return dataset.train_batch(share)
+  places, k = cache.layout(cached, step, draws["index"], rows)
+  return dataset.cached_train_batch(share, places, k, cached.batch_size // cached.blocks)
 
 
 def host_rows(n: int, share: float) -> np.ndarray:

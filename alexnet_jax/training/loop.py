@@ -4,6 +4,7 @@ evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of
 
 import contextlib
 import functools
+import math
 import os
 import time
 
@@ -15,9 +16,9 @@ import tqdm
 from jax.experimental import multihost_utils
 
 from alexnet_jax.config import validate
-from alexnet_jax.data import DataError, eval_batches, get_dataset, iterate, train_batches
+from alexnet_jax.data import DataError, cache, eval_batches, get_dataset, iterate, train_batches
 from alexnet_jax.data.feed import Feed
-from alexnet_jax.data.placement import DevicePut, HostPut
+from alexnet_jax.data.placement import DevicePut, HostPut, random_batch
 from alexnet_jax.network import interchange
 from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, run, workdirs
 from alexnet_jax.training.metrics import MetricWriter
@@ -40,9 +41,12 @@ def stepping(config, setup: Setup) -> Stepping:
   return pmap.stepping(setup) if config.parallel_api == "pmap" else jitted(setup)
 
 
-def putter(config, setup: Setup, dataset):
-  """What puts the feed's host batches on the devices: the host's images, or, where the devices decode
-  (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding processes."""
+def putter(config, setup: Setup, dataset, cached: cache.Rule | None = None):
+  """What puts the feed's host batches on the devices: the host's images, with the device cache (`cached`) the host's
+  and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
+  processes."""
+  if cached is not None and cached.slots:
+    return cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, cached)
   if dataset.decoder != "gpu":
     return HostPut(setup.batch_rows, dataset.size, setup.image_size)
   return DevicePut(setup.batch_rows, dataset.size, setup.image_size, config.batch_size, dataset.train,
@@ -139,9 +143,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
   state = steps.enter(state)
 
-  batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size))
+  cached = cache_rule(config, setup, dataset, steps, state, key, start)
+  batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size),
+                          cached=cached)
   with guard.left_to_this_thread():
-    batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset))
+    batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset, cached))
   closing.callback(batches_on_device.close)
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
@@ -209,6 +215,26 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   if colour:
     print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
+
+
+def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start: int) -> cache.Rule | None:
+  """The device cache's rule for a run that starts at step `start` (config.dataset.cache 'device'), sized beside the
+  compiled step where config.dataset.cache_bytes leaves it to the devices' memory; None without a cache."""
+  if config.dataset.cache == "none":
+    return None
+  need = 0
+  if not config.dataset.cache_bytes:
+    example = random_batch(config.batch_size, setup.image_size, dataset.num_classes, size=dataset.size)
+    example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
+               for k, v in example.items()}
+    need = cache.step_bytes(steps.step, state, example, key)
+  slots = cache.slots(config, dataset.num_train, dataset.size, setup.mesh, need)
+  blocks = math.prod(setup.mesh.shape[a] for a in setup.batch_rows.axes)
+  rule = cache.Rule(slots, dataset.num_train, config.batch_size, blocks, start)
+  print(f"cache: {slots:,} of {dataset.num_train:,} training images on each device "
+        f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
+        f"{min(setup.total_steps, rule.fill_end // config.batch_size)}", flush=True)
+  return rule
 
 
 def input_workers(config) -> int:

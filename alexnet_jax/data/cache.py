@@ -1,0 +1,175 @@
+"""Decoded training images kept in device memory (config.dataset.cache='device'), so that an image is decoded once
+per run instead of once per epoch: later epochs read its S×S uint8 pixels where the step runs.
+
+Which images: the first `slots` of the training split (the cache holds what fits; the epochs' permutations make any
+subset as good as another), each in slot = its index, with its label. When: a run (re)starts with an empty cache,
+decodes every image up to the end of the first whole epoch after its start (`Rule.fill_end`, counted in rows of the
+endless sequence of shuffled epochs), writing the cacheable ones as they pass; from there on a row whose image has a
+slot comes from the cache and the host decodes only the others. Both are pure functions of (seed, step, start): the
+host's workers decide alone, a batch is the same images and labels with or without the cache, and a resumed run
+refills it.
+
+A host batch under the cache (Dataset.train_batch) carries, instead of 'image' (N, S, S, 3):
+  'image' (B·K, S, S, 3) uint8: each of the batch's B row blocks (its shards over the mesh's row axes) has its own
+    decoded rows first in a block of K (K the same for all blocks, rounded up to a multiple of an eighth of a block
+    so that few shapes compile);
+  'decoded' (N,) int32: row r's position in its block's K, or −1 where it comes from the cache;
+  'index' (N,) int32: the examples (their slots);
+  'label' (N,) int32: −1 for the cached rows.
+CachedPut places it and assembles the contract's batch on the devices, writing what was decoded into the cache.
+Every device holds the whole cache (the two towers of a pair read the same images); where a batch's rows are split
+over devices, a batch that writes gathers its decoded rows over those axes first, so all copies stay equal.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alexnet_jax.data.placement import HostPut, Rows
+from alexnet_jax.data.sources import DataError
+
+MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
+SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
+
+
+def image_bytes(size: int) -> int:
+  """A cached image's bytes on each device: its S×S×3 pixels and its label."""
+  return size * size * 3 + 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """Which rows of training step `step`'s global batch come from the cache: those whose image has a slot (index <
+  slots) and whose position lies at or after fill_end."""
+
+  slots: int
+  num_train: int
+  batch_size: int
+  blocks: int  # the row blocks of a batch: its shards over the mesh's row axes
+  start: int  # the step the run (re)started at, with an empty cache
+
+  @property
+  def fill_end(self) -> int:
+    """The row position after the first whole epoch that begins at or after the start."""
+    first = -(-self.start * self.batch_size // self.num_train)
+    return (first + 1) * self.num_train
+
+  def writes(self, step: int) -> bool:
+    """Whether step's batch may hold decoded rows that the cache takes: any before fill_end."""
+    return self.slots > 0 and step * self.batch_size < self.fill_end
+
+  def cached(self, step: int, indices: np.ndarray) -> np.ndarray:
+    """(N,) bool over the global batch of `step`, examples `indices`: the rows read from the cache."""
+    positions = step * self.batch_size + np.arange(len(indices))
+    return (np.asarray(indices) < self.slots) & (positions >= self.fill_end)
+
+  def padded(self, decoded_per_block: int) -> int:
+    """K, the rows each block's decoded images take: a multiple of an eighth of a block, or one row where nothing
+    is decoded (the whole batch cached)."""
+    quantum = max(1, self.batch_size // self.blocks // SHAPES)
+    return max(1, -(-decoded_per_block // quantum) * quantum)
+
+
+def layout(rule: Rule, step: int, indices: np.ndarray, rows: slice) -> tuple[np.ndarray, int]:
+  """For this process's `rows` of step's global batch (examples `indices`, the global batch's): ('decoded' (n,)
+  int32: each decoded row's place in its block's K, −1 for a cached one; K). K is the same on every process: from
+  the global batch's busiest block."""
+  block = rule.batch_size // rule.blocks
+  decoded = (~rule.cached(step, indices)).reshape(rule.blocks, block)
+  k = rule.padded(int(decoded.sum(1).max()))
+  places = np.where(decoded, np.cumsum(decoded, axis=1) - 1, -1).reshape(-1).astype(np.int32)
+  return places[rows], k
+
+
+class CachedPut(HostPut):
+  """put(host batch under the cache) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
+  the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
+  written into the cache. Batches must come in order from rule.start: whether one writes follows the step."""
+
+  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule):
+    super().__init__(rows, size, image_size)
+    self.rule, self.step = rule, rule.start
+    replicated = NamedSharding(rows.mesh, P())
+    self.images = jax.jit(lambda: jnp.zeros((rule.slots, size, size, 3), jnp.uint8), out_shardings=replicated)()
+    self.labels = jax.jit(lambda: jnp.zeros((rule.slots,), jnp.int32), out_shardings=replicated)()
+    self._assemble = {write: _assembly(rows, rule.slots, write) for write in (False, True)}
+
+  def put(self, batch: dict):
+    n, k = len(batch["label"]), len(batch["image"]) // max(1, self._process_blocks(len(batch["label"])))
+    if batch["decoded"].shape != (n,) or batch["index"].shape != (n,) or batch["decoded"].max(initial=-1) >= k:
+      raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
+    rest = {key: batch[key] for key in ("offset", "flip", "shift")}
+    on_device = self.rows.put(dict(image=batch["image"], decoded=batch["decoded"], index=batch["index"],
+                                   label=batch["label"]))
+    self.images, self.labels, images, labels = self._assemble[self.rule.writes(self.step)](
+        self.images, self.labels, on_device["image"], on_device["decoded"], on_device["index"], on_device["label"])
+    self.step += 1
+    placed = self.rows.put(rest)
+    return lambda: (dict(image=images, **placed, label=labels), 0)
+
+  def _process_blocks(self, n: int) -> int:
+    return n * self.rule.blocks // self.rule.batch_size
+
+
+def _assembly(rows: Rows, slots: int, write: bool):
+  """The jitted (cache images, cache labels, decoded, places, indices, labels) → (cache images, cache labels, batch
+  images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache."""
+  axes = rows.axes
+
+  def assemble(images, labels, decoded, places, indices, host_labels):
+    hit = places < 0
+    from_host = decoded[jnp.maximum(places, 0)]
+    if write:  # first: a batch may read an image that an earlier row of it decoded (the fill's last epoch's)
+      into = jnp.where(~hit & (indices < slots), indices, slots)  # slots: out of range, dropped
+      # every device writes every row block's images: gathered over the row axes
+      written = [lax.all_gather(x, axes, tiled=True) for x in (into, from_host, host_labels)]
+      images = images.at[written[0]].set(written[1], mode="drop")
+      labels = labels.at[written[0]].set(written[2], mode="drop")
+    slot = jnp.where(hit, indices, 0)
+    batch_images = jnp.where(hit[:, None, None, None], images[slot], from_host)
+    return images, labels, batch_images, jnp.where(hit, labels[slot], host_labels)
+
+  # The cache's copies stay equal (every device writes the gathered rows), which JAX's check cannot see: all_gather's
+  # result counts as varying over the axes it gathered.
+  mapped = jax.shard_map(assemble, mesh=rows.mesh, in_specs=(P(), P(), P(axes), P(axes), P(axes), P(axes)),
+                         out_specs=(P(), P(), P(axes), P(axes)), check_vma=False)
+  replicated = NamedSharding(rows.mesh, P())  # and the batch placed exactly as HostPut places it
+  return jax.jit(mapped, donate_argnums=(0, 1),
+                 out_shardings=(replicated, replicated, rows.sharding(4), rows.sharding(1)))
+
+
+def slots(config, num_train: int, size: int, mesh, step_bytes: int) -> int:
+  """How many training images the cache holds on each device: config.dataset.cache_bytes' worth, or (0) what the
+  devices' memory leaves beside the step's `step_bytes` and MARGIN; at most num_train. The same on every process."""
+  limit = config.dataset.cache_bytes
+  if not limit:
+    free = [_free_bytes(d) for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    if None in free:
+      raise DataError(f"these {mesh.devices.flat[0].platform} devices do not report their memory: set "
+                      "config.dataset.cache_bytes to the bytes the cache may take on each")
+    limit = max(0, min(free) - step_bytes - MARGIN)
+  held = min(num_train, limit // image_bytes(size))
+  return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
+
+
+def _free_bytes(device) -> int | None:
+  stats = device.memory_stats() or {}
+  if "bytes_limit" not in stats:
+    return None
+  return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+
+
+def step_bytes(step, *args) -> int:
+  """The device memory the compiled `step(*args)` takes beyond its arguments (XLA's temporaries and outputs), or
+  4 GiB where the step cannot say (pmap's)."""
+  try:
+    analysis = step.lower(*args).compile().memory_analysis()
+    return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
+  except (AttributeError, NotImplementedError, TypeError):
+    return 4 << 30

@@ -1,0 +1,117 @@
+"""The device cache of decoded images (data/cache.py): the batches it assembles are the decoded ones, image for image
+and label for label, from a fresh start and a resume, whether a batch's rows lie on every device or are split over
+them; the host decodes only what the cache does not hold; a run trains the same with it."""
+
+import io
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+from test_reliability import tiny_config
+
+from alexnet_jax.config import paper_config, validate
+from alexnet_jax.data import DataError, cache, procedural, train_batches
+from alexnet_jax.data.pipeline import make_dataset
+from alexnet_jax.data.placement import Rows
+from alexnet_jax.network import sharding
+from alexnet_jax.training import loop
+
+SIZE, N, BATCH, SLOTS = 24, 20, 8, 13  # 24×24 stored images, 20 of them, batches of 8, 13 cached
+
+
+class Jpegs:
+  """A store-like source: {'jpeg', 'label'} examples of SIZE×SIZE JPEGs; example 5 unreadable (its rows hold the
+  next one, which the cache must then hold under slot 5 too)."""
+
+  resize, statistics = SIZE, None
+
+  def __init__(self):
+    self.examples = []
+    for i in range(N):
+      pixels, _ = procedural.generate(0, "train", i, 1, 32)
+      out = io.BytesIO()
+      Image.fromarray((pixels[0, :SIZE, :SIZE] * 255).astype(np.uint8)).save(out, format="JPEG", quality=90)
+      self.examples.append(dict(jpeg=out.getvalue()[:100] if i == 5 else out.getvalue(), label=i % 3))
+
+  def __len__(self):
+    return len(self.examples)
+
+  def __getitem__(self, i):
+    return self.examples[i]
+
+
+@pytest.fixture(scope="module")
+def dataset():
+  source, config = Jpegs(), paper_config()
+  config.image_size = 16
+  config.dataset.update(dict(name="store", resize=SIZE, threads=2))
+  return make_dataset(config, source, source, ("a", "b", "c"))
+
+
+MESHES = {"rows on both devices": (2, 1, ("data",)), "rows split over 'data'": (1, 2, ("data",)),
+          "rows split over 'model'": (2, 1, ("data", "model"))}
+
+
+@pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())
+@pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
+def test_cached_batches_are_the_decoded_ones(dataset, mesh, start):
+  model, data, axes = mesh
+  rows = Rows(sharding.make_mesh(model, data), axes)
+  rule = cache.Rule(SLOTS, N, BATCH, model * data // (1 if "model" in axes else model), start)
+  cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
+  plain = train_batches(dataset, BATCH)
+  put = cache.CachedPut(rows, SIZE, 16, rule)
+  read_from_cache = 0
+  for step in range(start, start + 14):  # 112 rows: the fill, then more than three epochs
+    host, skipped = cached[step]
+    want, want_skipped = plain[step]
+    got, _ = put.put(host)()
+    assert list(got) == list(want) and got["image"].sharding == rows.sharding(4)
+    for k in want:
+      np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{k} of step {step}")
+    decoded = host["decoded"] >= 0
+    held = (host["index"] < SLOTS) & (step * BATCH + np.arange(BATCH) >= rule.fill_end)
+    np.testing.assert_array_equal(decoded, ~held)  # the host decodes exactly what the cache does not give
+    assert skipped == (want_skipped if decoded.all() else int(5 in host["index"][decoded]))
+    read_from_cache += int(held.sum())
+  assert read_from_cache > 3 * BATCH
+  images = np.asarray(put.images)
+  substitute = {5: 6}  # the unreadable example's rows hold the next one's image and label
+  for i in range(SLOTS):
+    image, label, _ = dataset.train.rows([substitute.get(i, i)])
+    np.testing.assert_array_equal(images[i], image[0])
+    assert np.asarray(put.labels)[i] == label[0]
+
+
+def test_rule_fills_from_the_start_through_the_first_whole_epoch():
+  fresh, resumed = cache.Rule(13, 20, 8, 1, 0), cache.Rule(13, 20, 8, 1, 3)
+  # Resumed at row 24, a run decodes the rest of that epoch and the whole next one (rows 40…59).
+  assert fresh.fill_end == 20 and resumed.fill_end == 60
+  assert fresh.writes(2) and not fresh.writes(3) and resumed.writes(7) and not resumed.writes(8)
+  # Step 2 holds rows 16…23: the first four end the filling epoch; of the others, those with a slot are read.
+  np.testing.assert_array_equal(fresh.cached(2, np.array([0, 1, 2, 3, 4, 5, 17, 18])), [0, 0, 0, 0, 1, 1, 0, 0])
+  assert not resumed.cached(6, np.arange(8)).any() and resumed.cached(7, np.arange(8)).sum() == 4
+  assert [fresh.padded(k) for k in (0, 1, 2, 8)] == [1, 1, 2, 8]
+  assert [cache.Rule(0, 2000, 512, 2, 0).padded(k) for k in (0, 1, 33, 256)] == [1, 32, 64, 256]
+
+
+def test_a_run_trains_the_same_with_half_the_images_cached(tmp_path, capsys):
+  config = tiny_config(num_epochs=2.0)  # 10 steps an epoch: the fill, then an epoch that reads half from the cache
+  plain = loop.train_and_evaluate(config, str(tmp_path / "plain"))
+  half = 160 * cache.image_bytes(config.image_size)
+  config.dataset.update(dict(cache="device", cache_bytes=half))
+  cached = loop.train_and_evaluate(config, str(tmp_path / "cached"))
+  assert "cache: 160 of 320 training images on each device" in capsys.readouterr().out
+  assert cached == plain
+
+
+def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
+  config = tiny_config()
+  config.dataset.update(dict(cache="device", decoder="gpu"))
+  with pytest.raises(ValueError, match="cache='device' keeps images the host decoded"):
+    validate(config)
+  config.dataset.decoder = "cpu"
+  with pytest.raises(DataError, match="do not report their memory: set config.dataset.cache_bytes"):
+    cache.slots(config, 320, 32, sharding.make_mesh(2, 1), 0)
+  assert jax.devices()[0].memory_stats() is None  # why the CPU devices need cache_bytes
