@@ -1,9 +1,10 @@
 """Runs of two processes on 127.0.0.1 (CPU devices, gloo collectives), one device each, through the documented
-launch line, stopped halfway and resumed: for each strategy the parameters of an uninterrupted process with two
-devices (every strategy computes the same function: the tower run stands for all), metrics written once, every
-evaluation example counted once, and pictures of filters held on the other process."""
+launch line, stopped halfway and resumed: the parameters of an uninterrupted process with two devices (every strategy
+computes the same function: the tower run stands for all), metrics written once, every evaluation example counted
+once, and pictures of filters held on the other process. The network is the paper's kinds of layer at their smallest
+(a conv reading across towers, LRN, dropout, fc layers gathered and summed), so that each process compiles in
+seconds; tests/test_placement.py checks each strategy's placement of the paper's network."""
 
-import importlib.util
 import json
 import os
 import re
@@ -19,45 +20,71 @@ import pytest
 from alexnet_jax.training import checkpoints, distributed, loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(width=0.0625, image_size=64, batch_size=8, eval_batch_size=10, num_epochs=1.0, log_every_steps=2,
-            eval_every_steps=6, checkpoint_every_steps=3)
-DATA = dict(num_train_examples=48, num_eval_examples=15)  # 6 steps; evaluation's second batch is padded
+CONFIG = """
+from alexnet_jax.config import paper_config
+from alexnet_jax.network import table
+from alexnet_jax.network.table import Layer, Table
+
+
+@table.register("multihost_test_net")
+def net(*, num_classes, width, towers, lrn_alpha_over_n):
+  return Table((Layer("conv1", "conv", filters=8, size=5, stride=2),
+                Layer("lrn1", "lrn", size=5, k=2.0, alpha=1e-4, beta=0.75, alpha_over_n=lrn_alpha_over_n),
+                Layer("pool1", "pool", size=3, stride=2),
+                Layer("conv2", "conv", filters=8, size=3, padding=1, inputs="all"),
+                Layer("pool2", "pool", size=3, stride=2),
+                Layer("fc3", "fc", filters=32, inputs="all"),
+                Layer("drop3", "dropout", rate=0.5),
+                Layer("fc4", "fc", filters=num_classes, split="sum", relu=False)), towers)
+
+
+def get_config():
+  c = paper_config()
+  c.cpu_devices, c.network, c.image_size, c.weight_init = 2, "multihost_test_net", 32, "he"
+  c.dataset.name, c.dataset.num_classes = "procedural", 10
+  c.dataset.num_train_examples, c.dataset.num_eval_examples = 48, 15  # 6 steps; evaluation's second batch is padded
+  c.batch_size, c.eval_batch_size, c.learning_rate, c.num_epochs = 8, 10, 0.01, 1.0
+  c.log_every_steps, c.eval_every_steps, c.checkpoint_every_steps = 2, 6, 3
+  return c
+"""
+_namespace = {}
+exec(compile(CONFIG, "multihost_config", "exec"), _namespace)  # registers the network in this process
 STRATEGIES = {"tower": dict(strategy="tower", mesh=dict(model=2, data=1)),
               "data": dict(strategy="data", mesh=dict(model=1, data=2)),
               "hybrid": dict(strategy="hybrid", mesh=dict(model=2, data=1))}
 
 
-def demo_config(strategy: str):
-  spec = importlib.util.spec_from_file_location("demo", os.path.join(ROOT, "configs", "demo.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
-  config.update(TINY | STRATEGIES[strategy])
-  config.dataset.update(DATA)
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+  path = tmp_path_factory.mktemp("config") / "multihost.py"
+  path.write_text(CONFIG)
+  return str(path)
+
+
+def tiny_config(strategy: str, **changes):
+  """The config file's config with a strategy, run in this process on conftest's two devices."""
+  config = _namespace["get_config"]()
+  config.update(STRATEGIES[strategy] | dict(cpu_devices=0) | changes)
   return config
 
 
-def flags_of(config) -> list[str]:
-  """The command-line overrides that make configs/demo.py this config."""
-  changes = TINY | {f"dataset.{k}": v for k, v in DATA.items()} | {"strategy": config.strategy}
-  changes |= {f"mesh.{k}": v for k, v in config.mesh.items()}
-  return [f"--config.{k}={v}" for k, v in changes.items()]
-
-
-def start_two_processes(config, workdir: str, *flags: str) -> list[subprocess.Popen]:
-  """Starts training `config` (with further command-line flags) in two processes, one CPU device each."""
+def start_two_processes(config_file: str, strategy: str, workdir: str, *flags: str) -> list[subprocess.Popen]:
+  """Starts training the config file with a strategy (and further command-line flags) in two processes, one CPU
+  device each."""
   address = f"127.0.0.1:{portpicker.pick_unused_port()}"
   env = dict(os.environ, PYTHONPATH=ROOT, TRITON_INTERPRET="1")
-  return [subprocess.Popen([sys.executable, "scripts/train.py", "--config", "configs/demo.py", f"--workdir={workdir}",
-                            *flags_of(config), *flags, f"--config.distributed.coordinator={address}",
+  mesh = STRATEGIES[strategy]["mesh"]
+  placed = [f"--config.strategy={strategy}", *(f"--config.mesh.{k}={v}" for k, v in mesh.items())]
+  return [subprocess.Popen([sys.executable, "scripts/train.py", "--config", config_file, f"--workdir={workdir}",
+                            *placed, *flags, f"--config.distributed.coordinator={address}",
                             "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
           for i in range(2)]
 
 
-def two_processes(config, workdir: str, *flags: str) -> list[str]:
-  """Trains `config` in two processes to the end; returns their outputs."""
-  runs = start_two_processes(config, workdir, *flags)
+def two_processes(config_file: str, strategy: str, workdir: str, *flags: str) -> list[str]:
+  """Trains in two processes to the end; returns their outputs."""
+  runs = start_two_processes(config_file, strategy, workdir, *flags)
   outputs = [run.communicate(timeout=600)[0] for run in runs]
   for run, output in zip(runs, outputs):
     assert run.returncode == 0, output[-3000:]
@@ -70,6 +97,11 @@ def final_params(workdir: str, config):
   return jax.tree.map(np.asarray, checkpoints.restore(checkpoints.manager(workdir, config), state)[0].params)
 
 
+def assert_same_params(workdir: str, config, reference: str):
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final_params(workdir, config),
+               final_params(reference, tiny_config("tower")))
+
+
 def lines(workdir: str) -> list[dict]:
   return [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
 
@@ -77,23 +109,16 @@ def lines(workdir: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
   """The workdir of the tower strategy trained here, one process with conftest's two devices."""
-  config = demo_config("tower")
-  config.cpu_devices = 0
   workdir = str(tmp_path_factory.mktemp("one"))
-  loop.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(tiny_config("tower"), workdir)
   return workdir
 
 
-# Who trains the first steps of the 6 before two processes resume: two processes stopped by a SIGTERM that reaches one
-# of them alone (what a node's preemption does), two processes to step 3 (for data under pmap, whose checkpoints are
-# shard_map's), or one process with two devices to step 3 (the input position does not depend on processes).
-FIRST_HALF = {"tower": "signal", "data": "pmap", "hybrid": "one process"}
-
-
-def stopped_by_a_signal_to_one_process(config, workdir: str) -> int:
-  """Starts two processes, sends process 1 alone a SIGTERM once it is about to train, and returns the step after
-  which both stopped: the same on both (the other could not save without it), and saved."""
-  runs = start_two_processes(config, workdir)
+def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir: str) -> tuple[int, list[str]]:
+  """Starts two processes, sends process 1 alone a SIGTERM once it is about to train (what a node's preemption
+  does), and returns the step after which both stopped: the same on both (the other could not save without it),
+  and saved; and their outputs."""
+  runs = start_two_processes(config_file, strategy, workdir)
   seen = []
   for line in runs[1].stdout:  # train_and_evaluate prints this line once its signal handlers are in place
     seen.append(line)
@@ -107,45 +132,51 @@ def stopped_by_a_signal_to_one_process(config, workdir: str) -> int:
   assert len(steps) == 1, outputs
   (step,) = steps
   assert str(step) in os.listdir(os.path.join(workdir, "checkpoints"))
-  return step
+  return step, outputs
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_two_processes_stopped_and_resumed_train_as_one_process_with_two_devices(strategy, one_process, tmp_path):
-  config, one, two = demo_config(strategy), one_process, str(tmp_path / "two")
-  first_half = FIRST_HALF[strategy]
-  if first_half == "signal":
-    stopped = stopped_by_a_signal_to_one_process(config, two)
-  elif first_half == "pmap":
-    two_processes(config, two, "--config.num_epochs=0.5", "--config.parallel_api=pmap")
-  else:
-    half = demo_config(strategy)
-    half.num_epochs, half.cpu_devices = 0.5, 0
-    loop.train_and_evaluate(half, two)
-  if first_half != "signal":
-    stopped = 3
-  outputs = two_processes(config, two)
+def test_two_processes_stopped_by_a_signal_to_one_resume_as_one_process_with_two_devices(config_file, one_process,
+                                                                                         tmp_path):
+  # The hybrid moves the most between the processes: the batch split over both for the convolutions, gathered
+  # whole at fc3, fc3 and fc4 cut into slices and fc4's partial logits summed.
+  two = str(tmp_path / "two")
+  stopped, _ = stopped_by_a_signal_to_one_process(config_file, "hybrid", two)
+  outputs = two_processes(config_file, "hybrid", two)
   assert all(f"steps {stopped}→6" in output for output in outputs)  # every process resumed from the checkpoint
-  # Both towers (or data shards, or fc slices) saw the global batch one process reads, from the restored position
-  # on: the uninterrupted run's parameters.
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final_params(two, config),
-               final_params(one, config))
-  # Process 0 alone writes each line (a first half to step 3 logs and evaluates its last step; a signal stops before
-  # the next log), evaluation counts each of the 15 examples once.
-  assert [(r["step"], r["split"]) for r in lines(one)] == [(2, "train"), (4, "train"), (6, "train"), (6, "eval")]
-  if first_half == "signal":
-    assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (4, "train"), (6, "train"), (6, "eval")]
-  else:
-    assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (3, "train"), (3, "eval"), (4, "train"),
-                                                             (6, "train"), (6, "eval")]
-  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15] * (1 + (first_half != "signal"))
+  # Both processes saw the global batch one process reads, from the restored position on: the uninterrupted run's
+  # parameters.
+  assert_same_params(two, tiny_config("hybrid"), one_process)
+  # Process 0 alone writes each line (a signal stops before the next log), evaluation counts each of the 15 examples
+  # once.
+  assert [(r["step"], r["split"]) for r in lines(one_process)] == [(2, "train"), (4, "train"), (6, "train"),
+                                                                   (6, "eval")]
+  assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (4, "train"), (6, "train"), (6, "eval")]
+  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15]
   assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(two))
   assert sorted(map(int, os.listdir(os.path.join(two, "checkpoints")))) == sorted({stopped, 3, 6})
   assert ["conv1 colour" in output for output in outputs] == [True, False]
 
 
+def test_two_processes_under_pmap_save_what_one_process_resumes(config_file, one_process, tmp_path, capfd):
+  # pmap's data parallelism in two processes to step 3 (it logs and evaluates its last step), its checkpoint
+  # shard_map's, resumed by one process with two devices: the input position does not depend on processes.
+  two = str(tmp_path / "two")
+  outputs = two_processes(config_file, "data", two, "--config.num_epochs=0.5", "--config.parallel_api=pmap")
+  assert ["conv1 colour" in output for output in outputs] == [True, False]
+  assert sorted(os.listdir(os.path.join(two, "checkpoints"))) == ["3"]
+  capfd.readouterr()
+  loop.train_and_evaluate(tiny_config("data"), two)
+  assert "steps 3→6" in "".join(capfd.readouterr())
+  assert_same_params(two, tiny_config("data"), one_process)
+  assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (3, "train"), (3, "eval"), (4, "train"),
+                                                           (6, "train"), (6, "eval")]
+  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15, 15]
+  assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(two))
+  assert sorted(map(int, os.listdir(os.path.join(two, "checkpoints")))) == [3, 6]
+
+
 def test_distributed_settings_come_from_the_config_or_the_environment(monkeypatch):
-  config = demo_config("tower")
+  config = tiny_config("tower")
   assert distributed.settings(config) is None  # one process
   for name in distributed.ENVIRONMENT.values():
     monkeypatch.delenv(name, raising=False)
