@@ -12,6 +12,7 @@ from alexnet_jax.measure import comm, kernel_times, systems
 from alexnet_jax.network.table import alexnet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--config.width=0.0625", "--config.image_size=64"]  # the demo's layers, compiled in seconds
 
 
 def script(name, *args, timeout=300, env=None):
@@ -22,8 +23,8 @@ def script(name, *args, timeout=300, env=None):
 def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   out = tmp_path / "rows.json"
   cache = tmp_path / "cache"
-  run = script("benchmark.py", "--systems=xla:split,plain:split,triton:one", "--dtypes=float32", "--batches=4",
-               "--steps=1", "--windows=1", f"--json={out}", f"--compilation_cache={cache}",
+  run = script("benchmark.py", *SMALL, "--systems=xla:split,plain:split,triton:one", "--dtypes=float32",
+               "--batches=4", "--steps=1", "--windows=1", f"--json={out}", f"--compilation_cache={cache}",
                env=dict(NCCL_PROTO="Simple"))
   # triton:one cannot run on a CPU: its row says why, the others are timed, and the run ends with one error line.
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == "error: 1 of 3 runs failed (their rows say why)"
@@ -32,7 +33,7 @@ def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   ours, plain = rows["xla:split"], rows["plain:split"]
   for r in (ours, plain):
     assert r["devices"] == 2 and r["batch"] == 4 and r["images_per_s"] > 0 and r["step_ms"] > 0
-    assert r["flops_per_image"] == systems.train_flops_per_image(alexnet(num_classes=10, width=0.25), 112)
+    assert r["flops_per_image"] == systems.train_flops_per_image(alexnet(num_classes=10, width=0.0625), 64)
     assert 0 < r["mfu"] < 1e-3  # a CPU against an H200's peak
     assert r["settings"]["NCCL_PROTO"] == "Simple"  # what the row ran under, to compare calls
     assert {"conv3 all-gather", "fc6 all-gather", "fc7 all-gather", "fc8 all-reduce"} <= set(r["collective_bytes"])
@@ -55,7 +56,7 @@ def test_benchmark_refuses_an_unknown_system_in_one_line():
 
 def test_profile_step_tables_the_kernels_of_a_traced_step(tmp_path):
   out = tmp_path / "profile.json"
-  run = script("profile_step.py", "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
+  run = script("profile_step.py", *SMALL, "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
                f"--trace_dir={tmp_path / 'trace'}")
   assert run.returncode == 0, run.stderr[-2000:]
   summary = json.loads(out.read_text())
@@ -93,14 +94,14 @@ def test_gpu_trace_counts_stream_kernels_once_and_busy_as_their_union():
 
 def test_benchmark_rows_of_the_strategies_lab(tmp_path):
   out = tmp_path / "rows.json"
-  run = script("benchmark.py", "--systems=xla:dp,xla:pmap,xla:hybrid", "--dtypes=float32", "--batches=4", "--steps=1",
-               "--windows=1", "--noseparate", f"--json={out}")
+  run = script("benchmark.py", *SMALL, "--systems=xla:dp,xla:pmap,xla:hybrid", "--dtypes=float32", "--batches=4",
+               "--steps=1", "--windows=1", "--noseparate", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   rows = {r["system"]: r for r in json.loads(out.read_text())}
   assert all(r["devices"] == 2 and r["images_per_s"] > 0 for r in rows.values())
   assert rows["xla:pmap"]["loss"] == pytest.approx(rows["xla:dp"]["loss"], rel=1e-5)  # pmap computes dp's step
   # Gradients are labelled per layer, never as a '+'-joined group; the hybrid gathers the batch at fc6.
-  names = {layer.name for layer in alexnet(num_classes=10, width=0.25).layers} | set(comm.OUTSIDE.values())
+  names = {layer.name for layer in alexnet(num_classes=10, width=0.0625).layers} | set(comm.OUTSIDE.values())
   assert {k.split()[0] for k in rows["xla:dp"]["collective_bytes"]} <= names
   assert {"conv1 all-reduce", "fc8 all-reduce"} <= set(rows["xla:dp"]["collective_bytes"])
   assert {"conv1 all-reduce", "fc6 all-gather", "fc6 reduce-scatter"} <= set(rows["xla:hybrid"]["collective_bytes"])
@@ -114,11 +115,13 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
 
   bench_input.write_folder(str(tmp_path / "photos"), 24)
   prepare = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder",
-                            f"--data_dir={tmp_path / 'photos'}", f"--store={tmp_path / 'store'}", "--workers=1"],
+                            f"--data_dir={tmp_path / 'photos'}", f"--store={tmp_path / 'store'}", "--size=72",
+                            "--workers=1"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert prepare.returncode == 0, prepare.stderr[-2000:]
   out = tmp_path / "end_to_end.json"
-  run = script("bench_end_to_end.py", f"--store={tmp_path / 'store'}", "--config.batch_size=4", "--steps=2",
+  run = script("bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
+               "--config.batch_size=4", "--steps=2",
                "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())

@@ -284,13 +284,14 @@ def test_training_reads_the_store(written):
 def test_train_script_decodes_on_the_devices_from_a_worker_process(folder, tmp_path):
   # The whole loop with config.dataset.decoder='gpu': a worker process reads the JPEGs, the two CPU devices decode
   # them (nvImageCodec's CPU backend) beside the host's share; the run ends with nothing left in shared memory.
-  out, size = tmp_path / "store", 120
+  out, size = tmp_path / "store", 72
   splits, classes, source = prepare.folder_sources(str(folder), [], size)
   prepare.write_store(str(out), splits, prepare.store_settings(source, classes, size, 90, 4), 1)
   overrides = dict(name="store", data_dir=out, eval_split="val", resize=size, num_classes=0, decoder="gpu",
                    host_share=0.5, workers=1)
   args = [f"--config.dataset.{k}={v}" for k, v in overrides.items()] + [
-      "--config.batch_size=4", "--config.eval_batch_size=2", "--config.num_epochs=3", "--config.log_every_steps=1"]
+      "--config.batch_size=4", "--config.eval_batch_size=2", "--config.num_epochs=3", "--config.log_every_steps=1",
+      "--config.width=0.0625", "--config.image_size=64"]  # the demo's layers, compiled in seconds
   run = subprocess.run([sys.executable, "scripts/train.py", "--config=configs/demo.py", f"--workdir={tmp_path / 'run'}",
                         *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
                        timeout=600)
@@ -306,7 +307,7 @@ def test_your_own_images_in_three_commands_as_printed(folder, tmp_path):
   # prepare_data.py's last lines are the commands that train on the store and classify with the run: run as printed.
   store_dir = tmp_path / f"store_{os.getpid()}"
   prepared = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}",
-                             f"--store={store_dir}", "--size=96", "--workers=1"], cwd=ROOT, capture_output=True,
+                             f"--store={store_dir}", "--size=72", "--workers=1"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
   assert prepared.returncode == 0, prepared.stderr
   commands = [line.strip() for line in prepared.stdout.splitlines() if line.startswith("  python scripts/")]

@@ -1,5 +1,7 @@
 """The strategies of table.with_strategy (tower, data, hybrid) and pmap's data parallelism compute the same
-training steps on any (data, model) mesh: parameters after two steps, dropout included, within float rounding."""
+training steps on any (data, model) mesh: parameters after two steps, dropout included, within float rounding. The
+network has each of the paper's kinds of layer at its smallest, so that every mesh compiles in seconds;
+tests/test_placement.py checks each strategy's placement of the paper's network."""
 
 import functools
 import os
@@ -15,16 +17,33 @@ from alexnet_jax.config import paper_config, validate
 from alexnet_jax.data import placement
 from alexnet_jax.network import sharding
 from alexnet_jax.network.model import Network
-from alexnet_jax.network.table import Layer, Table, alexnet, with_strategy
+from alexnet_jax.network.table import Layer, Table, alexnet, register, with_strategy
 from alexnet_jax.training import pmap, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = 8
 
 
+@register("strategies_test_net")
+def small_net(*, num_classes, width, towers, lrn_alpha_over_n):
+  """A conv reading across towers (alexnet's conv3), LRN, pools, an fc layer reading the towers, a second one reading
+  the first's (the hybrid's slices, gathered and reordered), dropout, and the last fc layer's partial sums."""
+  del width
+  return Table((Layer("conv1", "conv", filters=8, size=5, stride=2),
+                Layer("lrn1", "lrn", size=5, k=2.0, alpha=1e-4, beta=0.75, alpha_over_n=lrn_alpha_over_n),
+                Layer("pool1", "pool", size=3, stride=2),
+                Layer("conv2", "conv", filters=8, size=3, padding=1, inputs="all"),
+                Layer("pool2", "pool", size=3, stride=2),
+                Layer("fc3", "fc", filters=32, inputs="all"),
+                Layer("drop3", "dropout", rate=0.5),
+                Layer("fc4", "fc", filters=32, inputs="all"),
+                Layer("drop4", "dropout", rate=0.5),
+                Layer("fc5", "fc", filters=num_classes, split="sum", relu=False)), towers)
+
+
 def tiny_config(strategy="tower", model=1, data=1):
   c = paper_config()
-  c.width, c.image_size, c.weight_init, c.learning_rate = 0.0625, 64, "he", 0.05
+  c.network, c.image_size, c.weight_init, c.learning_rate = "strategies_test_net", 32, "he", 0.05
   c.dataset.name, c.dataset.num_classes, c.batch_size, c.eval_batch_size = "procedural", 10, B, B
   c.strategy, c.mesh.model, c.mesh.data = strategy, model, data
   return c
@@ -34,7 +53,7 @@ def two_steps(config) -> dict:
   """Parameters after two train steps on a fixed batch, as host arrays."""
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, jax.random.key(0))
-  batch = setup.batch_rows.put(placement.random_batch(B, 64, 10, size=72))
+  batch = setup.batch_rows.put(placement.random_batch(B, 32, 10, size=40))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   for _ in range(2):
     state, _ = step(state, batch, jax.random.key(1))
@@ -65,8 +84,8 @@ def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
   config = tiny_config("data", 1, 2)
   setup = train.make_setup(config, 10, 1000)
   state = pmap.stack(setup.mesh, train.create_train_state(setup, jax.random.key(0)))
-  batch = pmap.rows(setup.mesh, setup.batch_rows.put(placement.random_batch(B, 64, 10, size=72)))
-  assert state.params["fc8"]["bias"].shape == (2, 10) and batch["image"].shape == (2, B // 2, 72, 72, 3)
+  batch = pmap.rows(setup.mesh, setup.batch_rows.put(placement.random_batch(B, 32, 10, size=40)))
+  assert state.params["fc5"]["bias"].shape == (2, 10) and batch["image"].shape == (2, B // 2, 40, 40, 3)
   step = pmap.train_step(setup)
   for _ in range(2):
     state, metrics = step(state, batch, jax.random.key(1))
