@@ -142,14 +142,16 @@ def cache_rows(config, dataset, setup, step, fractions: list[float], workers: in
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
-    first = images_per_s(lambda: step(next(feed)[0]), batch, filled - warm - 1, windows=1)  # noqa: B023
+    timed = filled - warm - 1  # the first epoch's steps after start-up (none in a store of a few batches)
+    first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1) if timed > 0 else None  # noqa: B023
     for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows=1)  # noqa: B023
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
-    out.append(dict(fraction=fraction, images=rule.slots, first_epoch_steps=filled - warm - 1,
-                    first_epoch_images_per_s=first, first_epoch_of_host=first / host, later_images_per_s=later,
+    out.append(dict(fraction=fraction, images=rule.slots, first_epoch_steps=max(0, timed),
+                    first_epoch_images_per_s=first, first_epoch_of_host=first and first / host,
+                    later_images_per_s=later,
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
   return out
@@ -160,9 +162,7 @@ def imagenet_fits(config, dataset, setup, state, key) -> dict:
   config = config.copy_and_resolve_references()
   config.dataset.cache_bytes = 0
   step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
-  example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
-             for k, v in random_batch(config.batch_size, setup.image_size, 2, size=dataset.size).items()}
-  need = cache.step_bytes(step, state, example, key)
+  need = loop.step_bytes(step, setup, dataset, config.batch_size, state, key)
   try:
     held = cache.slots(config, IMAGENET_TRAIN, dataset.size, setup.mesh, need)
   except ValueError as e:  # devices that do not report their memory

@@ -122,7 +122,7 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   out = tmp_path / "end_to_end.json"
   run = script("bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
                "--config.batch_size=4", "--steps=2",
-               "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all", f"--json={out}")
+               "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all", "--cache=1,0.5", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["devices"] == 2 and result["batch"] == 4 and result["synthetic_images_per_s"] > 0
@@ -139,6 +139,13 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
     assert row["of_synthetic"] == pytest.approx(row["images_per_s"] / result["synthetic_images_per_s"])
     assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 1.5  # 2 steps: edges count
   assert "of synthetic" in run.stdout
+  # The device cache holding the whole store, then half: the epochs after the first read it.
+  full, half = result["cache"]
+  assert (full["fraction"], half["fraction"]) == (1.0, 0.5) and half["images"] == round(full["images"] / 2) > 0
+  assert full["later_images_per_s"] > 0 and half["later_images_per_s"] > 0
+  assert half["model_images_per_s"] == pytest.approx(min(result["synthetic_images_per_s"],
+                                                          2 * result["cache_host_images_per_s"]))
+  assert "set config.dataset.cache_bytes" in result["imagenet_in_cache"]["error"]  # CPU devices: no memory figures
 
 
 def test_bench_end_to_end_needs_a_store():

@@ -222,12 +222,7 @@ def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start
   compiled step where config.dataset.cache_bytes leaves it to the devices' memory; None without a cache."""
   if config.dataset.cache == "none":
     return None
-  need = 0
-  if not config.dataset.cache_bytes:
-    example = random_batch(config.batch_size, setup.image_size, dataset.num_classes, size=dataset.size)
-    example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
-               for k, v in example.items()}
-    need = cache.step_bytes(steps.step, state, example, key)
+  need = 0 if config.dataset.cache_bytes else step_bytes(steps.step, setup, dataset, config.batch_size, state, key)
   slots = cache.slots(config, dataset.num_train, dataset.size, setup.mesh, need)
   blocks = math.prod(setup.mesh.shape[a] for a in setup.batch_rows.axes)
   rule = cache.Rule(slots, dataset.num_train, config.batch_size, blocks, start)
@@ -235,6 +230,15 @@ def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start
         f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
         f"{min(setup.total_steps, rule.fill_end // config.batch_size)}", flush=True)
   return rule
+
+
+def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
+  """The device memory that the compiled training step takes beyond its arguments, on batches of `batch_size`
+  stored images of the dataset (cache.step_bytes)."""
+  example = random_batch(batch_size, setup.image_size, dataset.num_classes, size=dataset.size)
+  example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
+             for k, v in example.items()}
+  return cache.step_bytes(step, state, example, key)
 
 
 def input_workers(config) -> int:
