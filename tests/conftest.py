@@ -1,5 +1,7 @@
 """Every test sees two CPU devices: the paper's two GPUs, simulated."""
 
+import fcntl
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU interpreter in tests
@@ -9,5 +11,27 @@ os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_back
                                     "--xla_llvm_disable_expensive_passes=true"]).strip()
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 2)
+
+
+@pytest.fixture(scope="session")
+def once(tmp_path_factory):
+  """once(name, make) → (workdir, make(workdir)) for an expensive run that several tests read: pytest-xdist sends
+  neighbouring tests to different workers, so the first worker to ask makes it and the others wait for it and read
+  it (make's result must be JSON)."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # this run's directory, shared by its workers
+
+  def run(name, make):
+    workdir, result = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      if not result.exists():
+        workdir.mkdir(exist_ok=True)
+        result.write_text(json.dumps(make(str(workdir))))
+      return str(workdir), json.loads(result.read_text())
+
+  return run

@@ -106,12 +106,11 @@ def lines(workdir: str) -> list[dict]:
   return [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-  """The workdir of the tower strategy trained here, one process with conftest's two devices."""
-  workdir = str(tmp_path_factory.mktemp("one"))
-  loop.train_and_evaluate(tiny_config("tower"), workdir)
-  return workdir
+@pytest.fixture
+def one_process(once):
+  """The workdir of the tower strategy trained in one process with conftest's two devices."""
+  trained = lambda workdir: jax.tree.map(float, loop.train_and_evaluate(tiny_config("tower"), workdir))  # noqa: E731
+  return once("multihost_one_process", trained)[0]
 
 
 def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir: str) -> tuple[int, list[str]]:

@@ -25,13 +25,17 @@ def script(name, *args):
                         timeout=600, env=env)
 
 
-@pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-  out = tmp_path_factory.mktemp("scaling") / "rows.json"
+def benchmark_rows(workdir):
+  out = os.path.join(workdir, "rows.json")
   run = script("benchmark.py", "--config", "configs/demo.py", *TINY, "--systems=xla:split,xla:hybrid",
                "--devices=1,8", "--per_device_batches=1", "--steps=1", "--windows=1", "--noseparate", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
-  return str(out)
+  return out
+
+
+@pytest.fixture
+def rows(once):
+  return once("scaling_rows", benchmark_rows)[1]
 
 
 def test_layouts_spread_over_the_devices_at_a_batch_per_device(rows):

@@ -37,10 +37,9 @@ def demo_config(**changes):
   return c
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("demo"))
-  return workdir, loop.train_and_evaluate(demo_config(), workdir)
+@pytest.fixture
+def demo_run(once):
+  return once("train_demo_run", lambda workdir: jax.tree.map(float, loop.train_and_evaluate(demo_config(), workdir)))
 
 
 def test_short_demo_run_beats_chance(demo_run):
@@ -79,7 +78,7 @@ def steps_on_one_batch(setup, config, state, steps=4):
 
 
 def test_train_step_lowers_the_loss_on_a_fixed_batch():
-  config = demo_config(batch_size=16)
+  config = demo_config(batch_size=16, image_size=64)
   setup = train.make_setup(config, 10, 4800)
   state = train.create_train_state(setup, jax.random.key(0))
   state, losses = steps_on_one_batch(setup, config, state)
@@ -90,7 +89,7 @@ def test_train_step_lowers_the_loss_on_a_fixed_batch():
 def test_bfloat16_compute_keeps_float32_parameters():
   losses = {}
   for dtype in ("float32", "bfloat16"):
-    config = demo_config(batch_size=8, dtype=dtype)
+    config = demo_config(batch_size=8, dtype=dtype, image_size=64)
     setup = train.make_setup(config, 10, 4800)
     state = train.create_train_state(setup, jax.random.key(0))
     batch = setup.batch_rows.put(first_batch(config, 8))
@@ -101,16 +100,22 @@ def test_bfloat16_compute_keeps_float32_parameters():
   assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.05)
 
 
+def small_run(**changes):
+  """A run of the demo's network that saves after a step or two."""
+  config = demo_config(image_size=64, **changes)
+  config.dataset.num_train_examples, config.dataset.num_eval_examples = 160, 20
+  return config
+
+
 def test_checkpoint_of_another_network_or_input_order_is_refused(tmp_path):
-  config = demo_config(batch_size=8, num_epochs=0.05)
-  loop.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(small_run(batch_size=8, num_epochs=0.05), str(tmp_path))
   # Two weights that differ are named, then how many more: not one weight and its momentum.
   with pytest.raises(ValueError, match=r"does not fit this configuration \(params.conv1.bias: checkpoint \(2, 12\) vs "
                      r"config \(2, 24\); params.conv1.kernel: .*; \d+ more\)"):
-    loop.train_and_evaluate(demo_config(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
+    loop.train_and_evaluate(small_run(batch_size=8, num_epochs=0.1, width=0.5), str(tmp_path))
   # Same network, but batch i would now hold other examples: resuming would repeat and skip data.
   with pytest.raises(DataError, match="input position does not fit this run .batch_size 8 → 16"):
-    loop.train_and_evaluate(demo_config(batch_size=16, num_epochs=0.1), str(tmp_path))
+    loop.train_and_evaluate(small_run(batch_size=16, num_epochs=0.1), str(tmp_path))
 
 
 CUSTOM_NETWORK_CONFIG = """
@@ -293,7 +298,7 @@ def test_learning_rate_schedules_beside_the_paper_s():
 
 def test_label_smoothing_spreads_the_targets():
   # fc8's bias gradient is the batch's mean of softmax − target: with smoothing α the target is (1 − α)·onehot + α/C.
-  config = demo_config(batch_size=8, label_smoothing=0.1, weight_decay=0.0, momentum=0.0)
+  config = demo_config(batch_size=8, label_smoothing=0.1, weight_decay=0.0, momentum=0.0, image_size=64)
   setup = train.make_setup(config, 10, 4800)
   state = train.create_train_state(setup, jax.random.key(0))
   batch = setup.batch_rows.put(first_batch(config, 8))
