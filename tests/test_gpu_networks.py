@@ -67,6 +67,7 @@ def test_kernel_matches_float64_at_vgg16_shape(case):
   assert not bad, f"{case.name} at batch {BATCH}: " + "; ".join(bad)
 
 
+@functools.cache  # the float32 XLA step is the reference of both tests: compiled and run once
 def vgg16_step(dtype, backend):
   """(loss per image, the parameter update as one float64 vector) of VGG-16's first train step."""
   config = paper_config()
