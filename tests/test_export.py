@@ -70,7 +70,8 @@ def run(tmp_path_factory):
 
 
 def live_logits(setup, state, images):
-  return train.logits_fn(setup)(state.params, train.eval_input(setup, images), jax.random.key(0), False)
+  forward = jax.jit(train.logits_fn(setup), static_argnums=3)  # one program, not one per operation
+  return forward(state.params, train.eval_input(setup, images), jax.random.key(0), False)
 
 
 def test_script_exports_inference_on_one_device_for_any_batch_that_runs_here_like_the_live_model(run, tmp_path):
@@ -141,7 +142,8 @@ def test_inference_of_normalised_chwn_crops(run):
                                      input_kind="chwn")
   loaded = jax.export.deserialize(exported.serialize())
   images = jax.random.normal(jax.random.key(1), (3, 64, 64, 4))
-  live = sharding.sharded_apply(setup.net, setup.mesh)(state.params, images, jax.random.key(0), False)
+  live = jax.jit(sharding.sharded_apply(setup.net, setup.mesh), static_argnums=3)(state.params, images,
+                                                                                  jax.random.key(0), False)
   assert_same(loaded.call(jax.device_put(images, loaded.in_shardings_jax(setup.mesh)[0])), live)
 
 

@@ -47,7 +47,7 @@ def test_primitive_matches_xla_forward_and_gradient(name, backend):
     want = jax.jit(make("xla"))(*args)
     got = jax.jit(make(backend))(*args)
     argnums = tuple(range(len(args)))
-    want_g = jax.grad(functools.partial(loss, make("xla")), argnums)(*args)
+    want_g = jax.jit(jax.grad(functools.partial(loss, make("xla")), argnums))(*args)
     got_g = jax.jit(jax.grad(functools.partial(loss, make(backend)), argnums))(*args)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   for g, w in zip(got_g, want_g):
@@ -90,7 +90,7 @@ def test_primitives_inside_shard_map_with_check_vma(backend):
                          check_vma=True)
 
   with jax.default_matmul_precision("highest"):
-    want = jax.value_and_grad(net("xla"), (0, 1))(x, w)
+    want = jax.jit(jax.value_and_grad(net("xla"), (0, 1)))(x, w)  # one program, not one per operation
     got = jax.jit(jax.value_and_grad(net(backend), (0, 1)))(x, w)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), got, want)
 

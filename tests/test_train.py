@@ -186,17 +186,18 @@ def test_ten_crop_evaluation_averages_the_crops_softmax():
   images = np.random.default_rng(0).integers(0, 256, (4, 104, 104, 3), np.uint8)  # stored larger than the crop
   batch = dict(image=images, label=np.array([0, 1, 2, 3], np.int32), mask=np.array([True] * 3 + [False]))
   p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
+  forward = jax.jit(train.logits_fn(setup), static_argnums=3)  # one program, not one per operation
   m = p_eval_step(state, setup.batch_rows.put(batch), crops=10)
   crops = np.concatenate([augment.ten_crops(x, 96) for x in images])  # the numpy reference, on the host
   images = device_augment.normalise(crops, None, setup.mean, setup.std)
-  logits = train.logits_fn(setup)(state.params, images, jax.random.key(0), False)
+  logits = forward(state.params, images, jax.random.key(0), False)
   probs = np.asarray(jax.nn.softmax(logits)).reshape(4, 10, 10).mean(1)[:3]
   expected_top1 = (probs.argmax(-1) == [0, 1, 2]).sum()
   assert int(m["count"]) == 3 and int(m["top1"]) == expected_top1
   np.testing.assert_allclose(float(m["loss"]), -np.log(probs[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
   centre = p_eval_step(state, setup.batch_rows.put(batch), crops=1)
   images = device_augment.normalise(crops[4::10], None, setup.mean, setup.std)
-  logits = train.logits_fn(setup)(state.params, images, jax.random.key(0), False)
+  logits = forward(state.params, images, jax.random.key(0), False)
   np.testing.assert_allclose(float(centre["loss"]), float(train.metrics_of(logits, batch["label"], batch["mask"])
                                                            ["loss"]), rtol=1e-5)
   with pytest.raises(ValueError, match="crops must be 1 .centre. or 10"):
@@ -304,7 +305,8 @@ def test_label_smoothing_spreads_the_targets():
   batch = setup.batch_rows.put(first_batch(config, 8))
   key = jax.random.key(1)
   new, _ = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
-  logits = train.logits_fn(setup)(state.params, train.model_input(setup, batch), jax.random.fold_in(key, 0), True)
+  logits = jax.jit(train.logits_fn(setup), static_argnums=3)(state.params, train.model_input(setup, batch),
+                                                             jax.random.fold_in(key, 0), True)
   targets = 0.9 * jax.nn.one_hot(batch["label"], 10) + 0.1 / 10
   want = np.asarray(jax.nn.softmax(logits) - targets).mean(0)
   got = (np.asarray(state.params["fc8"]["bias"]) - np.asarray(new.params["fc8"]["bias"])) / config.learning_rate
