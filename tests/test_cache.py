@@ -115,3 +115,12 @@ def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
   with pytest.raises(DataError, match="do not report their memory: set config.dataset.cache_bytes"):
     cache.slots(config, 320, 32, sharding.make_mesh(2, 1), 0)
   assert jax.devices()[0].memory_stats() is None  # why the CPU devices need cache_bytes
+
+
+def test_a_cached_batch_with_crops_outside_the_images_is_refused(dataset):
+  rows = Rows(sharding.make_mesh(2, 1), ("data",))
+  rule = cache.Rule(SLOTS, N, BATCH, 1, 0)
+  host, _ = train_batches(dataset, BATCH, cached=rule)[0]
+  host["offset"] = host["offset"] + SIZE  # XLA would clamp such a crop silently
+  with pytest.raises(ValueError, match="crop offsets must lie in"):
+    cache.CachedPut(rows, SIZE, 16, rule).put(host)

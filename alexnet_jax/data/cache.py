@@ -9,7 +9,7 @@ slot comes from the cache and the host decodes only the others. Both are pure fu
 host's workers decide alone, a batch is the same images and labels with or without the cache, and a resumed run
 refills it.
 
-A host batch under the cache (Dataset.train_batch) carries, instead of 'image' (N, S, S, 3):
+A host batch under the cache (Dataset.cached_train_batch) carries, instead of 'image' (N, S, S, 3):
   'image' (B·K, S, S, 3) uint8: each of the batch's B row blocks (its shards over the mesh's row axes) has its own
     decoded rows first in a block of K (K the same for all blocks, rounded up to a multiple of an eighth of a block
     so that few shapes compile);
@@ -31,7 +31,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.data.placement import HostPut, Rows
+from alexnet_jax.data.placement import HostPut, Rows, check_batch
 from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
@@ -104,6 +104,7 @@ class CachedPut(HostPut):
     n, k = len(batch["label"]), len(batch["image"]) // max(1, self._process_blocks(len(batch["label"])))
     if batch["decoded"].shape != (n,) or batch["index"].shape != (n,) or batch["decoded"].max(initial=-1) >= k:
       raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
+    check_batch(batch, self.size, self.image_size)
     rest = {key: batch[key] for key in ("offset", "flip", "shift")}
     on_device = self.rows.put(dict(image=batch["image"], decoded=batch["decoded"], index=batch["index"],
                                    label=batch["label"]))

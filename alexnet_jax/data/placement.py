@@ -21,12 +21,13 @@ from alexnet_jax.data import nvdecode
 def check_batch(batch: dict, size: int, image_size: int) -> None:
   """Raises one ValueError if a training batch breaks the contract (pipeline.py) for stored images of side `size`
   and crops of `image_size`: offsets out of range would be clamped on the device, silently. A batch for the
-  devices to decode (decoder 'gpu') carries JPEGs instead of images: its draws and labels are checked."""
+  devices to decode (decoder 'gpu') carries JPEGs instead of images, and one under the device cache only the
+  decoded rows (data/cache.py): their draws and labels are checked."""
   n = len(batch["label"]) if "label" in batch else 0
   expected = dict(image=((n, size, size, 3), "uint8"), offset=((n, 2), "int32"), flip=((n,), "bool"),
                   shift=((n, 3), "float32"), label=((n,), "int32"))
   keys = list(batch)
-  if "jpeg" in batch:
+  if "jpeg" in batch or "decoded" in batch:
     del expected["image"]
     keys = [k for k in keys if k in expected]
   got = {k: (np.shape(batch[k]), np.asarray(batch[k]).dtype.name) for k in keys}
