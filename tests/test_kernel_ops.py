@@ -144,13 +144,13 @@ def test_triton_backend_without_a_gpu_says_so():
 
 
 def test_two_tower_model_on_two_devices_runs_the_kernels():
-  # The paper's split at width 1/4 on 67×67 images (the smallest that keeps every layer), with dropout: the
+  # The paper's split at width 1/16 on 67×67 images (the smallest that keeps every layer), with dropout: the
   # kernels under the interpreter give the XLA model's loss and gradients.
   from alexnet_jax.network import sharding  # noqa: PLC0415
   from alexnet_jax.network.model import Network  # noqa: PLC0415
   from alexnet_jax.network.table import alexnet  # noqa: PLC0415
 
-  layers = alexnet(num_classes=10, width=0.25)
+  layers = alexnet(num_classes=10, width=0.0625)
   x = jax.random.normal(jax.random.key(1), (3, 67, 67, 3))
   mesh = sharding.make_mesh(model=2)
   results = []
