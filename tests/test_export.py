@@ -9,6 +9,7 @@ import itertools
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 
@@ -89,11 +90,19 @@ def test_script_exports_inference_on_one_device_for_any_batch_that_runs_here_lik
   assert_same(loaded.exported.call(images), live_logits(setup, state, images))  # 7 images: any batch
 
 
-def test_predict_classifies_image_files_with_an_artifact_as_with_its_run(run, tmp_path):
-  workdir, _, _, _ = run
-  out = str(tmp_path / "model.jaxexport")
-  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", out], cwd=ROOT, check=True,
+@pytest.fixture(scope="module")
+def artifact(run, tmp_path_factory):
+  """The run's default artifact, as `scripts/export.py --workdir W --out F` writes it: what the tests that read an
+  artifact share."""
+  out = str(tmp_path_factory.mktemp("artifact") / "model.jaxexport")
+  subprocess.run([sys.executable, "scripts/export.py", "--workdir", run[0], "--out", out], cwd=ROOT, check=True,
                  capture_output=True, timeout=300)
+  return out
+
+
+def test_predict_classifies_image_files_with_an_artifact_as_with_its_run(run, artifact, tmp_path):
+  workdir, _, _, _ = run
+  out = artifact
   for i, shape in enumerate(((80, 100, 3), (64, 64))):  # any size, colour or grey
     Image.fromarray(np.random.default_rng(i).integers(0, 256, shape, np.uint8)).save(tmp_path / f"{i}.png")
   outputs = [subprocess.run([sys.executable, "scripts/predict.py", *source, str(tmp_path), "--top=3"], cwd=ROOT,
@@ -106,12 +115,9 @@ def test_predict_classifies_image_files_with_an_artifact_as_with_its_run(run, tm
     assert a == r and len(a.split(", ")) == 3 and a.split()[0] in procedural.CLASS_NAMES
 
 
-def test_a_damaged_artifact_is_refused_in_one_line(run, tmp_path):
-  workdir, _, _, _ = run
-  out = tmp_path / "model.jaxexport"
-  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", str(out)], cwd=ROOT,
-                 check=True, capture_output=True, timeout=300)
-  data = out.read_bytes()
+def test_a_damaged_artifact_is_refused_in_one_line(artifact, tmp_path):
+  with open(artifact, "rb") as f:
+    data = f.read()
   damaged = {"flipped": data[:-100] + bytes(b ^ 0xFF for b in data[-100:-36]) + data[-36:],
              "truncated": data[: len(data) // 2], "empty": b"", "garbage": os.urandom(1000)}
   for name, content in damaged.items():
@@ -207,10 +213,8 @@ def test_refusals_are_one_clear_line(run):
   assert not os.path.exists(os.path.join(ROOT, "unused.jaxexport"))
 
 
-def test_the_loading_snippet_of_the_export_page_runs_on_a_one_device_host(run, tmp_path):
-  workdir = run[0]
-  subprocess.run([sys.executable, "scripts/export.py", "--workdir", workdir, "--out", str(tmp_path / "demo.jaxexport")],
-                 cwd=ROOT, check=True, capture_output=True, timeout=300)
+def test_the_loading_snippet_of_the_export_page_runs_on_a_one_device_host(artifact, tmp_path):
+  shutil.copy(artifact, tmp_path / "demo.jaxexport")  # the name the page loads
   page = open(os.path.join(ROOT, "docs", "export.md")).read()
   code = page.split("```python\n", 1)[1].split("```", 1)[0]
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | dict(PYTHONPATH=ROOT)  # JAX's own defaults
