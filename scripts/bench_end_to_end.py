@@ -31,7 +31,6 @@ The end-to-end rows time `--steps` steps after the batches built ahead during st
 import collections
 import functools
 import json
-import math
 import os
 import statistics
 import threading
@@ -134,9 +133,8 @@ def cache_rows(config, dataset, setup, step, fractions: list[float], workers: in
                synthetic: float) -> list[dict]:
   """The cache rows: per fraction, the first epoch's images/s and the later epochs', the model's."""
   batch, out = config.batch_size, []
-  blocks = math.prod(setup.mesh.shape[a] for a in setup.batch_rows.axes)
   for fraction in fractions:
-    rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, blocks, 0)
+    rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_rows.blocks, 0)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers),
                 cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, rule))
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
@@ -157,14 +155,12 @@ def cache_rows(config, dataset, setup, step, fractions: list[float], workers: in
   return out
 
 
-def imagenet_fits(config, dataset, setup, state, key) -> dict:
-  """How many of ImageNet's training images at this store's S the cache would hold on each device beside the step."""
-  config = config.copy_and_resolve_references()
-  config.dataset.cache_bytes = 0
-  step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
-  need = loop.step_bytes(step, setup, dataset, config.batch_size, state, key)
+def imagenet_fits(jitted_step, batch: int, dataset, setup, state, key) -> dict:
+  """How many of ImageNet's training images at this store's S the cache would hold on each device beside the step
+  (jitted_step, at `batch`)."""
+  need = loop.step_bytes(jitted_step, setup, dataset, batch, state, key)
   try:
-    held = cache.slots(config, IMAGENET_TRAIN, dataset.size, setup.mesh, need)
+    held = cache.slots(0, IMAGENET_TRAIN, dataset.size, setup.mesh, need)
   except ValueError as e:  # devices that do not report their memory
     return dict(error=str(e))
   return dict(step_bytes=need, images=held, of_imagenet=held / IMAGENET_TRAIN)
@@ -229,7 +225,7 @@ def main(argv):
     out["cache_host_images_per_s"] = host
     out["cache"] = cache_rows(config, data, setup, step, [float(f) for f in args.cache.split(",")], int(first[1]),
                               args.steps, host, out["synthetic_images_per_s"])
-    out["imagenet_in_cache"] = imagenet_fits(config, data, setup, state, key)
+    out["imagenet_in_cache"] = imagenet_fits(p_train_step, batch, data, setup, state, key)
     print(f"ImageNet in the cache: {out['imagenet_in_cache']}", flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
         f"{'of synthetic':>12}  feed thread: host / put / loop")

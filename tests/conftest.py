@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 jax.config.update("jax_num_cpu_devices", 2)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # the tests/ folder is no package: one for the run
 def once(tmp_path_factory):
   """once(name, make) → (workdir, make(workdir)) for an expensive run that several tests read: pytest-xdist sends
   neighbouring tests to different workers, so the first worker to ask makes it and the others wait for it and read

@@ -58,7 +58,7 @@ MESHES = {"rows on both devices": (2, 1, ("data",)), "rows split over 'data'": (
 def test_cached_batches_are_the_decoded_ones(dataset, mesh, start):
   model, data, axes = mesh
   rows = Rows(sharding.make_mesh(model, data), axes)
-  rule = cache.Rule(SLOTS, N, BATCH, model * data // (1 if "model" in axes else model), start)
+  rule = cache.Rule(SLOTS, N, BATCH, rows.blocks, start)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = cache.CachedPut(rows, SIZE, 16, rule)
@@ -113,7 +113,7 @@ def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
     validate(config)
   config.dataset.decoder = "cpu"
   with pytest.raises(DataError, match="do not report their memory: set config.dataset.cache_bytes"):
-    cache.slots(config, 320, 32, sharding.make_mesh(2, 1), 0)
+    cache.slots(config.dataset.cache_bytes, 320, 32, sharding.make_mesh(2, 1), 0)
   assert jax.devices()[0].memory_stats() is None  # why the CPU devices need cache_bytes
 
 

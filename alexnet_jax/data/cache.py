@@ -101,21 +101,16 @@ class CachedPut(HostPut):
     self._assemble = {write: _assembly(rows, rule.slots, write) for write in (False, True)}
 
   def put(self, batch: dict):
-    n, k = len(batch["label"]), len(batch["image"]) // max(1, self._process_blocks(len(batch["label"])))
+    n = len(batch["label"])
+    k = len(batch["image"]) * self.rule.batch_size // (n * self.rule.blocks)  # this process's blocks hold K each
     if batch["decoded"].shape != (n,) or batch["index"].shape != (n,) or batch["decoded"].max(initial=-1) >= k:
       raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
     check_batch(batch, self.size, self.image_size)
-    rest = {key: batch[key] for key in ("offset", "flip", "shift")}
-    on_device = self.rows.put(dict(image=batch["image"], decoded=batch["decoded"], index=batch["index"],
-                                   label=batch["label"]))
+    on_device = self.rows.put(batch)
     self.images, self.labels, images, labels = self._assemble[self.rule.writes(self.step)](
-        self.images, self.labels, on_device["image"], on_device["decoded"], on_device["index"], on_device["label"])
+        self.images, self.labels, *(on_device.pop(key) for key in ("image", "decoded", "index", "label")))
     self.step += 1
-    placed = self.rows.put(rest)
-    return lambda: (dict(image=images, **placed, label=labels), 0)
-
-  def _process_blocks(self, n: int) -> int:
-    return n * self.rule.blocks // self.rule.batch_size
+    return lambda: (dict(image=images, **on_device, label=labels), 0)
 
 
 def _assembly(rows: Rows, slots: int, write: bool):
@@ -145,10 +140,10 @@ def _assembly(rows: Rows, slots: int, write: bool):
                  out_shardings=(replicated, replicated, rows.sharding(4), rows.sharding(1)))
 
 
-def slots(config, num_train: int, size: int, mesh, step_bytes: int) -> int:
-  """How many training images the cache holds on each device: config.dataset.cache_bytes' worth, or (0) what the
-  devices' memory leaves beside the step's `step_bytes` and MARGIN; at most num_train. The same on every process."""
-  limit = config.dataset.cache_bytes
+def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int) -> int:
+  """How many training images the cache holds on each device: `limit` bytes' worth (config.dataset.cache_bytes), or
+  (0) what the devices' memory leaves beside the step's `step_bytes` and MARGIN; at most num_train. The same on
+  every process."""
   if not limit:
     free = [_free_bytes(d) for d in mesh.devices.flat if d.process_index == jax.process_index()]
     if None in free:
@@ -165,12 +160,3 @@ def _free_bytes(device) -> int | None:
     return None
   return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
 
-
-def step_bytes(step, *args) -> int:
-  """The device memory the compiled `step(*args)` takes beyond its arguments (XLA's temporaries and outputs), or
-  4 GiB where the step cannot say (pmap's)."""
-  try:
-    analysis = step.lower(*args).compile().memory_analysis()
-    return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
-  except (AttributeError, NotImplementedError, TypeError):
-    return 4 << 30

@@ -9,6 +9,7 @@ batch is the one a single process would read.
 """
 
 import dataclasses
+import math
 
 import jax
 import numpy as np
@@ -62,6 +63,11 @@ class Rows:
 
   def sharding(self, ndim: int) -> NamedSharding:
     return NamedSharding(self.mesh, P(self.axes, *(None,) * (ndim - 1)))
+
+  @property
+  def blocks(self) -> int:
+    """The blocks a batch's rows are split into: one per position along the axes."""
+    return math.prod(self.mesh.shape[a] for a in self.axes)
 
   def process_rows(self, n: int) -> slice:
     """The rows of an n-row batch that this process's devices hold: the share it reads. One process holds them

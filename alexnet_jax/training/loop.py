@@ -4,7 +4,6 @@ evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of
 
 import contextlib
 import functools
-import math
 import os
 import time
 
@@ -222,10 +221,10 @@ def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start
   compiled step where config.dataset.cache_bytes leaves it to the devices' memory; None without a cache."""
   if config.dataset.cache == "none":
     return None
-  need = 0 if config.dataset.cache_bytes else step_bytes(steps.step, setup, dataset, config.batch_size, state, key)
-  slots = cache.slots(config, dataset.num_train, dataset.size, setup.mesh, need)
-  blocks = math.prod(setup.mesh.shape[a] for a in setup.batch_rows.axes)
-  rule = cache.Rule(slots, dataset.num_train, config.batch_size, blocks, start)
+  limit = config.dataset.cache_bytes
+  need = 0 if limit else step_bytes(steps.step, setup, dataset, config.batch_size, state, key)
+  slots = cache.slots(limit, dataset.num_train, dataset.size, setup.mesh, need)
+  rule = cache.Rule(slots, dataset.num_train, config.batch_size, setup.batch_rows.blocks, start)
   print(f"cache: {slots:,} of {dataset.num_train:,} training images on each device "
         f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
         f"{min(setup.total_steps, rule.fill_end // config.batch_size)}", flush=True)
@@ -233,12 +232,16 @@ def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start
 
 
 def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
-  """The device memory that the compiled training step takes beyond its arguments, on batches of `batch_size`
-  stored images of the dataset (cache.step_bytes)."""
+  """The device memory that the compiled training step `step` takes beyond its arguments (XLA's temporaries and
+  outputs) on batches of `batch_size` stored images of the dataset, or 4 GiB where the step cannot say (pmap's)."""
   example = random_batch(batch_size, setup.image_size, dataset.num_classes, size=dataset.size)
   example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
              for k, v in example.items()}
-  return cache.step_bytes(step, state, example, key)
+  try:
+    analysis = step.lower(state, example, key).compile().memory_analysis()
+    return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
+  except (AttributeError, NotImplementedError, TypeError):
+    return 4 << 30
 
 
 def input_workers(config) -> int:
