@@ -1,14 +1,25 @@
 """Every test sees two CPU devices: the paper's two GPUs, simulated."""
 
+import atexit
 import fcntl
 import json
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU interpreter in tests
 # XLA:CPU compiles the tests' steps about twice as fast with LLVM at -O1 and without its expensive passes, and runs
 # them as fast: the same HLO, the same numbers. The scripts the tests start inherit it.
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=1",
                                     "--xla_llvm_disable_expensive_passes=true"]).strip()
+
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  # One persistent compilation cache for the run, inherited by its workers and the scripts the tests start: they
+  # compile many of the same programs (the demo's step, the small networks' steps); the first compile of each is kept
+  # and later ones read it. A fresh directory per run, so every run compiles each program at least once.
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="alexnet_jax_tests_xla_")
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -66,3 +66,26 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
                                                       " fusion(", " convolution(")}
   assert counts["auto"] == counts["triton"], counts
   assert counts["auto"][" conditional("] == 0 and counts["auto"][" convolution("] == 0, counts
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiles the Triton kernels: needs TRITON_INTERPRET=0")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_training_crops_at_the_paper_s_input(dtype):
+  # The input kernel against XLA's crop, flip, colour shift and normalise of 256×256 stored images: float32 to its
+  # rounding, bf16 to one rounding of the same value.
+  import jax.numpy as jnp  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+
+  from alexnet_jax.data import device_augment  # noqa: PLC0415
+  from alexnet_jax.data.statistics import IMAGENET  # noqa: PLC0415
+  from alexnet_jax.ops import crops  # noqa: PLC0415
+
+  batch = placement.random_batch(BATCH, 224, 1000, size=256)
+  batch["shift"] = np.random.default_rng(1).normal(0, 0.1, (BATCH, 3)).astype(np.float32)
+  fields = batch["image"], batch["offset"], batch["flip"], batch["shift"]
+  got = jax.jit(lambda *f: crops.crops(*f, size=224, mean=IMAGENET.mean, std=IMAGENET.std, dtype=dtype,
+                                       mode="triton"))(*fields)
+  want = jax.jit(lambda i, o, f, s: jnp.transpose(device_augment.normalise(
+      device_augment.crop_flip(i, o, f, 224), s, IMAGENET.mean, IMAGENET.std), (3, 1, 2, 0)))(*fields)
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), atol=1e-5,
+                             rtol=1e-6 if dtype == "float32" else 2.0 ** -8)

@@ -165,3 +165,24 @@ def test_two_tower_model_on_two_devices_runs_the_kernels():
   np.testing.assert_allclose(got, want, rtol=1e-5)
   for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(jnp.abs(w).max()))
+
+
+def test_training_crops_kernel_equals_the_data_s_device_augmentation():
+  # The input kernel against XLA's crop, flip, colour shift and normalise, transposed to CHWN: float32 to its
+  # rounding, float16 to one rounding of the same value; ragged sizes (N = 5, 13-pixel crops of 20-pixel images).
+  from alexnet_jax.data import device_augment  # noqa: PLC0415
+  from alexnet_jax.ops import crops  # noqa: PLC0415
+
+  n, stored, size, mean, std = 5, 20, 13, (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+  images = jnp.asarray(RNG.integers(0, 256, (n, stored, stored, 3)), jnp.uint8)
+  offsets = jnp.asarray([[0, 0], [7, 7], [3, 0], [0, 5], [2, 6]], jnp.int32)
+  flips = jnp.asarray([True, False, True, True, False])
+  shifts = rand(n, 3, scale=0.1)
+  crop = device_augment.crop_flip(images, offsets, flips, size)
+  want = jnp.transpose(device_augment.normalise(crop, shifts, mean, std), (3, 1, 2, 0))
+  for dtype, rtol in ((jnp.float32, 1e-6), (jnp.float16, 2.0 ** -10)):
+    got = crops.crops(images, offsets, flips, shifts, size=size, mean=mean, std=std, dtype=dtype, mode="interpret")
+    assert got.dtype == dtype and got.shape == (3, size, size, n)
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=rtol, atol=1e-6)
+  with pytest.raises(ValueError, match="does not fit 20×20 images"):
+    crops.crops(images, offsets, flips, shifts, size=21, mean=mean, std=std, dtype=jnp.float32, mode="interpret")

@@ -165,13 +165,16 @@ def test_metrics_count_top1_and_top5_hits_on_known_logits():
   np.testing.assert_allclose(m["loss"], -jax.nn.log_softmax(logits[0])[0], rtol=1e-6)
 
 
-def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference():
-  config = demo_config()
+@pytest.mark.parametrize("backend, gather_input", [("xla", False), ("interpret", False), ("interpret", True)])
+def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference(backend, gather_input):
+  # XLA's input, and the input kernel (under the interpreter) on each device's rows: the whole batch on both towers,
+  # or each device its own rows, placed for the towers first (config.gather_input).
+  config = demo_config(kernel_backend=backend, gather_input=gather_input)
   setup = train.make_setup(config, 10, 4800, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
   batch = placement.random_batch(6, 96, 10, seed=2, size=110)
   batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
   assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
-  got = jax.jit(functools.partial(train.model_input, setup))(batch)
+  got = jax.jit(functools.partial(train.model_input, setup))(setup.batch_rows.put(batch))
   crops = np.stack([augment.crop_flip(x, *offset, flip, 96) for x, offset, flip
                     in zip(batch["image"], batch["offset"], batch["flip"])])
   expected = (crops / 255 + batch["shift"][:, None, None] - [0.4, 0.5, 0.6]) / [0.2, 0.25, 0.3]

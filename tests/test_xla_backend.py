@@ -144,7 +144,7 @@ def test_train_step_moves_no_activation_between_layouts(model):
   convolutions = re.findall(r"stablehlo\.convolution.*?: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)",
                             text)
   assert len(convolutions) == 14 and all(t.endswith("xbf16>") for c in convolutions for t in c), convolutions
-  images = (f"tensor<{B}x112x112x3xf32>", f"tensor<3x112x112x{B}xf32>")  # the NHWC batch made CHWN
+  images = (f"tensor<{B}x112x112x3xbf16>", f"tensor<3x112x112x{B}xbf16>")  # the NHWC batch made CHWN, in bf16
   assert reshaped_activations(text, "transpose", batch_first=True) == [images]
   flatten = (f"tensor<64x2x2x{B}xbf16>", f"tensor<256x{B}xbf16>")  # pool5 (C, H, W, N) → (C·H·W, N), and back
   assert sorted(reshaped_activations(text, "reshape", batch_first=False)) == sorted([flatten, flatten[::-1]])

@@ -11,9 +11,11 @@ as alexnet_jax/ops/lrn.py (pass ALPHA already divided by SIZE for Caffe's α/n).
 apart, so a program owns BLOCK consecutive positions of one group and walks down its channels, holding the last SIZE
 channels it read in registers: each element is read from DRAM once, and each window sum is added afresh from the
 registers (SIZE multiply-adds), so no rounding error or non-finite value outlives its window, as a running sum's
-would. The backward recomputes s from x instead of reading denominators kept by the forward (cuda-convnet kept
-them): float32 denominators would cost more DRAM traffic than bf16 x and dy together, and the arithmetic is free
-beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
+would. A group's channels are split among CHUNKS programs, each reading the SIZE − 1 channels before its own
+(twice that in the backward) to fill its window: a walk of 48 channels over a grid of one or two waves left most of
+the GPU idle in its last wave. The backward recomputes s from x instead of reading denominators kept by the forward
+(cuda-convnet kept them): float32 denominators would cost more DRAM traffic than bf16 x and dy together, and the
+arithmetic is free beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
 """
 
 import triton
@@ -23,7 +25,10 @@ from triton_kernels.launch import Launch
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
-PROGRAMS = 4 * 132  # a few per H200 SM; below that a smaller block buys parallelism
+MAX_CHUNKS = 6
+# Programs a launch splits channels for, measured on an H200 at AlexNet's LRNs, batch 128 and 512 (docs/BENCHMARKS.md):
+# the backward, which reads twice the halo, wants fewer.
+FWD_PROGRAMS, BWD_PROGRAMS = 8000, 2000
 
 
 @triton.jit
@@ -59,21 +64,31 @@ def _sum(ring, SIZE: tl.constexpr):
 
 
 @triton.jit
+def _chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
+  """(first channel, channels) of this program's chunk, and its positions: neighbouring programs hold the chunks of
+  the same positions, so that one's halo is read from L2 where the other has just read it."""
+  CH: tl.constexpr = (CG + CHUNKS - 1) // CHUNKS
+  pid = tl.program_id(0)
+  return (pid % CHUNKS) * CH, CH, (pid // CHUNKS) * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
 def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
-                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr,
+                   CHUNKS: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p  # pointer offsets to channel 0 of this group
   x_ptr += group
   y_ptr += group
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
-  for e in tl.static_range(AFTER):
-    xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
-  for c in range(CG):
+  for i in tl.static_range(SIZE - 1):
+    xs = xs[1:] + (_input(x_ptr, c0 - BEFORE + i, live, CG, P, RELU),)
+  for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (_input(x_ptr, c + AFTER, live, CG, P, RELU),)
     s = _denominator(xs, K, ALPHA, SIZE)
     tl.store(y_ptr + c * P, (xs[BEFORE] * tl.exp2(-BETA * tl.log2(s))).to(y_ptr.dtype.element_ty), mask=live)
@@ -93,14 +108,14 @@ def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.con
 @triton.jit
 def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                    SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                   BLOCK: tl.constexpr):
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p
   x_ptr += group
@@ -110,12 +125,14 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
   xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
   terms = (zero,) * SIZE  # g·x/s of channels [c − AFTER, j]
-  for e in tl.static_range(SIZE - 1):
+  # The first SIZE − 1 reads only fill xs; the next SIZE − 1 fill gs and terms (at c0 = 0 the first read nothing).
+  for i in tl.static_range(2 * (SIZE - 1)):
+    e = c0 - SIZE + 1 + i
     xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
-  for c in range(CG):
+  for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
@@ -126,7 +143,7 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name):
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -135,23 +152,25 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name):
   if c * h * w * n >= 2**31:
     raise ValueError("lrn: offsets are int32; split the batch")
   p = h * w * n
-  # One 16-byte vector per thread, halved down to one element per thread while the grid is too small to fill the GPU.
-  block = 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name]
-  while block > 32 * NUM_WARPS and triton.cdiv(p, block) * groups < PROGRAMS:
-    block //= 2
+  blocks = triton.cdiv(p, block) * groups
+  chunks = min(MAX_CHUNKS, c // groups, triton.cdiv(programs, blocks))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
-                    RELU=bool(relu), BLOCK=block)
-  return Launch(kernel, grid=(triton.cdiv(p, block), groups), constexprs=constexprs, num_warps=NUM_WARPS)
+                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks)
+  return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
                    relu: bool = False) -> Launch:
   """shape is x's (C, H, W, N); grid (position blocks, groups). relu: normalise ReLU(x) (the conv before it leaves
   its ReLU to this kernel)."""
-  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name)
+  # One 16-byte vector per thread.
+  block = 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
+  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
                    relu: bool = False) -> Launch:
   """shape is x's (C, H, W, N); the same grid as the forward; relu as the forward's, its gradient included."""
-  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name)
+  # Four elements per thread: x, dy and the window's state of each in registers.
+  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, 4 * 32 * NUM_WARPS,
+                 BWD_PROGRAMS)

@@ -15,7 +15,6 @@ import triton.language as tl
 from triton_kernels.launch import Launch, out_size
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-NUM_WARPS = 4
 
 
 @triton.jit
@@ -78,7 +77,7 @@ def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
-def _launch(kernel, shape, size, stride, dtype_name, elements):
+def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_warps):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -87,19 +86,23 @@ def _launch(kernel, shape, size, stride, dtype_name, elements):
   if elements >= 2**31:
     raise ValueError("max_pool: flat indices are int32; split the batch")
   _, oh, ow, _ = pooled_shape(shape, size, stride)
-  # Two 16-byte vectors per thread keep enough loads in flight; a small layer gets a smaller (power of two) block.
-  block = min(2 * 32 * NUM_WARPS * 16 // ITEMSIZE[dtype_name], max(32 * NUM_WARPS, triton.next_power_of_2(elements)))
+  # A small layer gets a smaller (power of two) block.
+  block = min(per_thread * 32 * num_warps, max(32 * num_warps, triton.next_power_of_2(elements)))
   constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block)
-  return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=NUM_WARPS, num_stages=1)
+  return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
 
 def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N); one lane per element of y."""
   c, oh, ow, n = pooled_shape(shape, size, stride)
-  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n)
+  # Two outputs per thread and 8 warps: each output reads SIZE² inputs, so small blocks of many warps keep the most
+  # loads in flight (measured on an H200 at AlexNet's pools, docs/BENCHMARKS.md).
+  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, 2, 8)
 
 
 def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
   """shape is x's (C, H, W, N), which dx has; one lane per element of dx."""
   c, h, w, n = shape
-  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n)
+  # One 16-byte vector of dx per thread, 4 warps (measured as the forward's).
+  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n, 16 // ITEMSIZE.get(dtype_name, 4),
+                 4)

@@ -32,6 +32,7 @@ def triton_kernels():
   alexnet_jax must not import it (a test or script sets the variable first)."""
   try:
     import triton_kernels.conv  # noqa: PLC0415
+    import triton_kernels.crops  # noqa: PLC0415
     import triton_kernels.lrn  # noqa: PLC0415
     import triton_kernels.pool  # noqa: PLC0415
   except ModuleNotFoundError as e:  # a ValueError: the scripts report it in one line, as a config's

@@ -26,6 +26,8 @@ from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network
 from alexnet_jax.network.table import Table
+from alexnet_jax.ops import crops as ops_crops
+from alexnet_jax.ops.backend import dispatch
 from alexnet_jax.training import guard
 
 
@@ -135,23 +137,42 @@ def placed_init(setup: Setup, init_params, shardings):
 
 def _placed(setup: Setup, rows: jax.Array, axes: tuple[str, ...]) -> jax.Array:
   """Per-image rows where a layer reads them: split over `axes`, replicated over the others. Where the host put
-  them otherwise (config.gather_input), XLA gathers them here over 'model': images while still uint8 crops, the
-  fewest bytes they can be sent in; shifts and labels before anything combines them with the towers' work."""
+  them otherwise (config.gather_input), XLA gathers them here over 'model': images while still uint8, the fewest
+  bytes they can be sent in; shifts and labels before anything combines them with the towers' work."""
   return lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P(axes)))
 
 
 def model_input(setup: Setup, batch: dict, place: bool = True) -> jax.Array:
-  """A training batch's network input: each stored image's crop, flipped and shifted as the host drew them,
-  normalised; placed where the network's first layer reads it (`place`: not under pmap, whose devices hold their
-  own rows)."""
-  with jax.named_scope("input"):
-    crops = device_augment.crop_flip(batch["image"], batch["offset"], batch["flip"], setup.image_size)
+  """A training batch's network input in its compute dtype: each stored image's crop, flipped and shifted as the
+  host drew them, normalised; placed where the network's first layer reads it (`place`: not under pmap, whose
+  devices hold their own rows). The network's backend decides how: XLA (data/device_augment.py), or the input
+  kernel (ops/crops.py), which writes the crops CHWN, as the network reads them, on each device for its rows."""
+  axes = setup.plan.input_axes
+
+  def xla(images, offsets, flips, shifts):
+    crops = device_augment.crop_flip(images, offsets, flips, setup.image_size)
     # Fused into the write of the network's CHWN input (batch fastest), the crops' gather would read one byte per
     # 32-byte sector of the NHWC images; cut out first, the crops go through XLA's tiled transpose instead.
-    crops, shift = lax.optimization_barrier(crops), batch["shift"]
+    crops = lax.optimization_barrier(crops)
     if place:
-      crops, shift = (_placed(setup, x, setup.plan.input_axes) for x in (crops, shift))
-    return device_augment.normalise(crops, shift, setup.mean, setup.std)
+      crops, shifts = (_placed(setup, x, axes) for x in (crops, shifts))
+    return device_augment.normalise(crops, shifts, setup.mean, setup.std).astype(setup.net.dtype)
+
+  def kernel(images, offsets, flips, shifts, *, mode):
+    run = functools.partial(ops_crops.crops, size=setup.image_size, mean=setup.mean, std=setup.std,
+                            dtype=setup.net.dtype, mode=mode)
+    fields = images, offsets, flips, shifts
+    manual = {a for a in setup.mesh.axis_names if setup.mesh.shape[a] > 1 or mode == "interpret"} if place else ()
+    if manual:  # each device its rows: XLA cannot split a kernel's call itself
+      fields = [_placed(setup, x, axes) for x in fields]
+      rows = tuple(a for a in axes if a in manual) or None
+      run = jax.shard_map(run, mesh=setup.mesh, axis_names=manual, in_specs=P(rows),
+                          out_specs=P(None, None, None, rows))
+    # NHWC, as XLA's input: the network's transpose back to CHWN (logits_fn) cancels this one.
+    return jnp.transpose(run(*fields), (3, 1, 2, 0))
+
+  with jax.named_scope("input"):
+    return dispatch(setup.net.backend, xla, kernel, batch["image"], batch["offset"], batch["flip"], batch["shift"])
 
 
 def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
