@@ -154,32 +154,41 @@ def test_bench_end_to_end_needs_a_store():
   assert "--store" in run.stderr.strip().splitlines()[-1]
 
 
-def test_tune_conv_times_candidate_tiles_and_prints_table_entries(tmp_path):
+def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   out = tmp_path / "tune.json"
-  run = script("tune_conv.py", "--batch=2", "--dtype=float16", "--mode=interpret", "--layers=conv5", "--kernels=fwd",
-               "--placements=split,one", "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1",
-               f"--json={out}")
+  run = script("tune_kernels.py", "--batch=2", "--dtype=float16", "--mode=interpret", "--layers=conv5,lrn2,pool5",
+               "--kernels=fwd,lrn_bwd,pool_fwd", "--placements=split,one", "--max_candidates=2", "--workers=1",
+               "--calls=1", "--rounds=1", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
-  # conv5 is the same per-group layer split and grouped: one key, its rule of thumb and one other candidate
-  assert [r["rule"] for r in result["rows"]] == [True, False]
+  rows = {}
   for r in result["rows"]:
-    assert r["layers"] == ["conv5 split", "conv5 one"] and r["key"][:2] == ["fwd", 2]
-    assert "refused" not in r and r["error"] <= 2.0 ** -6 and r["ms"] > 0
-  (best,) = result["best"]
-  assert best["tried"] == 2 and best["best_ms"] == min(r["ms"] for r in result["rows"])
+    rows.setdefault(r["kernel"], []).append(r)
+    assert "refused" not in r and r["ms"] > 0
+  # conv5 is the same per-group layer split and grouped: one key, its rule of thumb and one other candidate
+  assert [r["rule"] for r in rows["fwd"]] == [True, False]
+  for r in rows["fwd"]:
+    assert r["layers"] == ["conv5 split", "conv5 one"] and r["key"][:2] == ["fwd", 2] and r["error"] <= 2.0 ** -6
+  # an LRN or pool tower apart and the towers side by side: two keys, each its rule (no overrides) and one launch,
+  # which computes the very same numbers
+  for kernel, layer in (("lrn_bwd", "lrn2"), ("pool_fwd", "pool5")):
+    assert sorted(r["layers"][0] for r in rows[kernel]) == [f"{layer} one"] * 2 + [f"{layer} split"] * 2
+    assert sorted(len(r["tiles"]) for r in rows[kernel]) == [0, 0, 2, 2] and all(r["error"] == 0 for r in rows[kernel])
+  assert {b["kernel"]: b["tried"] for b in result["best"]} == {"fwd": 2, "lrn_bwd": 2, "pool_fwd": 2}
+  (best,) = [b for b in result["best"] if b["kernel"] == "fwd"]
+  assert best["best_ms"] == min(r["ms"] for r in rows["fwd"])
   assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
 
 
-def test_tune_conv_summary_times_the_table_s_tiles_where_a_key_is_tuned():
+def test_tune_summary_times_the_table_s_tiles_where_a_key_is_tuned():
   from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
 
   key, fields = next(iter(TUNED.items()))
   other = [f * 2 if i == 0 else f for i, f in enumerate(fields)]
   rows = [dict(kernel=key[0], key=list(key), layers=["conv1 split"], tiles=tiles, rule=rule, ms=ms, tflops=1.0)
           for tiles, rule, ms in ((other, True, 0.3), (list(fields), False, 0.2))]  # as the JSON rows hold them
-  code = ("import json, sys; sys.path.insert(0, 'scripts'); import tune_conv; "
-          f"print(json.dumps(tune_conv.summarise({rows!r})))")
+  code = ("import json, sys; sys.path.insert(0, 'scripts'); import tune_kernels; "
+          f"print(json.dumps(tune_kernels.summarise({rows!r})))")
   run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
   (best,) = json.loads(run.stdout.strip().splitlines()[-1])

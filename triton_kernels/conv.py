@@ -24,7 +24,7 @@ gradient). Offsets are int32: every tensor must hold fewer than 2³¹ elements.
 
 Tiles (`Tiles`: the GEMM's row, column and reduction blocks, warps, pipeline stages and, for the filter gradient,
 reduction columns per program), chosen per layer: for 16-bit inputs from `TUNED` (conv_tiles.py), the table that
-scripts/tune_conv.py measured on the GPU; otherwise by a rule of thumb:
+scripts/tune_kernels.py measured on the GPU; otherwise by a rule of thumb:
   rows, cols                       next pow2 of their count, clamped to [16, 128]
   depth (fwd, dgrad K step)        next pow2 of K, clamped to [16, 32]; wgrad's column step: [16, 64]
   wgrad columns per program        about 4096, in whole steps, none empty

@@ -26,8 +26,9 @@ from triton_kernels.launch import Launch
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
 MAX_CHUNKS = 6
-# Programs a launch splits channels for, measured on an H200 at AlexNet's LRNs, batch 128 and 512 (docs/BENCHMARKS.md):
-# the backward, which reads twice the halo, wants fewer.
+# The grid a launch splits channels to reach, as measured on an H200 at AlexNet's LRNs, batch 128 and 512
+# (docs/BENCHMARKS.md; scripts/tune_kernels.py times a network's LRNs against other launches): the backward, which
+# reads twice the halo, wants fewer programs.
 FWD_PROGRAMS, BWD_PROGRAMS = 8000, 2000
 
 
@@ -143,7 +144,7 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs):
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -152,25 +153,26 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block
   if c * h * w * n >= 2**31:
     raise ValueError("lrn: offsets are int32; split the batch")
   p = h * w * n
-  blocks = triton.cdiv(p, block) * groups
-  chunks = min(MAX_CHUNKS, c // groups, triton.cdiv(programs, blocks))
+  if chunks is None:
+    chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
+  chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
                     RELU=bool(relu), BLOCK=block, CHUNKS=chunks)
   return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False) -> Launch:
-  """shape is x's (C, H, W, N); grid (position blocks, groups). relu: normalise ReLU(x) (the conv before it leaves
-  its ReLU to this kernel)."""
-  # One 16-byte vector per thread.
-  block = 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
-  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS)
+                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); grid (position blocks × channel chunks, groups). relu: normalise ReLU(x) (the conv
+  before it leaves its ReLU to this kernel). block (positions per program, a power of two) and chunks (programs per
+  group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has FWD_PROGRAMS."""
+  block = block or 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
+  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False) -> Launch:
-  """shape is x's (C, H, W, N); the same grid as the forward; relu as the forward's, its gradient included."""
-  # Four elements per thread: x, dy and the window's state of each in registers.
-  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, 4 * 32 * NUM_WARPS,
-                 BWD_PROGRAMS)
+                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); the forward's grid; relu as the forward's, its gradient included. The rule: four
+  elements per thread (x, dy and the window's state of each in registers), chunks until the grid has BWD_PROGRAMS."""
+  block = block or 4 * 32 * NUM_WARPS
+  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)

@@ -92,17 +92,19 @@ def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_w
   return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
 
-def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
-  """shape is x's (C, H, W, N); one lane per element of y."""
+def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str, per_thread: int | None = None,
+                        num_warps: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); one lane per element of y. The rule: two outputs per thread and 8 warps (each output
+  reads SIZE² inputs, so small blocks of many warps keep the most loads in flight); per_thread and num_warps
+  override it."""
   c, oh, ow, n = pooled_shape(shape, size, stride)
-  # Two outputs per thread and 8 warps: each output reads SIZE² inputs, so small blocks of many warps keep the most
-  # loads in flight (measured on an H200 at AlexNet's pools, docs/BENCHMARKS.md).
-  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, 2, 8)
+  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, per_thread or 2, num_warps or 8)
 
 
-def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str) -> Launch:
-  """shape is x's (C, H, W, N), which dx has; one lane per element of dx."""
+def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str, per_thread: int | None = None,
+                        num_warps: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N), which dx has; one lane per element of dx. The rule: one 16-byte vector of dx per
+  thread, 4 warps."""
   c, h, w, n = shape
-  # One 16-byte vector of dx per thread, 4 warps (measured as the forward's).
-  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n, 16 // ITEMSIZE.get(dtype_name, 4),
-                 4)
+  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n,
+                 per_thread or 16 // ITEMSIZE.get(dtype_name, 4), num_warps or 4)

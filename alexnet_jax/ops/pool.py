@@ -77,22 +77,24 @@ def _pooled(shape, size, stride):
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
-def _fwd_launch(x, *, size, stride):
-  return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name)
+def _fwd_launch(x, *, size, stride, launch=()):
+  """launch: (name, value) pairs overriding the kernel's launch rule (per_thread, num_warps), as
+  scripts/tune_kernels.py times them; the network passes none."""
+  return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name, **dict(launch))
 
 
-def _bwd_launch(dy, idx, *, size, stride, height, width):
+def _bwd_launch(dy, idx, *, size, stride, height, width, launch=()):
   c, _, _, n = dy.shape
-  return triton_kernels().pool.max_pool_bwd_launch((c, height, width, n), size, stride, dy.dtype.name)
+  return triton_kernels().pool.max_pool_bwd_launch((c, height, width, n), size, stride, dy.dtype.name, **dict(launch))
 
 
 POOL_FWD = KernelPrimitive("chwn_max_pool_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,),
-    outputs=lambda x, size, stride: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
-                                     jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
+    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
+                                          jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
 POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1),
-    outputs=lambda dy, idx, size, stride, height, width: [
+    outputs=lambda dy, idx, size, stride, height, width, **_: [
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 
 

@@ -1,0 +1,330 @@
+"""Chooses the kernels' launch parameters by timing them on the GPU: the conv kernels' tiles per layer (the table
+`TUNED` of triton_kernels/conv_tiles.py), and for the LRN and pool kernels, which run by a rule, how far each layer
+is from the best of a grid of launches (the rules' constants in triton_kernels/lrn.py and pool.py come from it).
+
+  python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
+      [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd] [--layers conv1,lrn1] [--placements split,one]
+      [--json OUT.json]
+
+Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
+tower, a device each) and with every tower on one device (`one`: grouped convolution, LRN per tower), once per
+distinct key (kernel, batch and per-group geometry). For each, every candidate (the rule first: conv tiles of
+`candidates`, LRN positions per program × channel chunks, pool outputs per thread × warps) is compiled, run on
+random operands, checked against the rule's result (max error ≤ 2^-6 of its largest element, else the candidate is
+refused) and timed: --calls calls back to back, the median of --rounds rounds, as scripts/bench_kernels.py times.
+Workers compile in parallel; a lock lets one of them at a time run on the GPU. The data gradient of a network's
+first layer (the image's) is never computed, so it is not tuned.
+
+Prints per kernel and key the rule's time, the table's now (conv), the best and its parameters, then the conv
+`TUNED` entries to put in triton_kernels/conv_tiles.py; writes every candidate's row as JSON, after each one (a run
+cut short keeps what it measured). `--mode interpret` runs the same on a CPU, under the Triton interpreter: the
+plumbing, not times.
+"""
+
+import json
+import multiprocessing
+import os
+import statistics
+import time
+
+from absl import flags
+
+from alexnet_jax import cli
+from alexnet_jax.measure.kernel_shapes import ConvShape, grouped_convs, tower_convs, tower_maps
+from alexnet_jax.network.shapes import layer_shapes
+
+cli.define_config("a configs/*.py file: its network (and image size)")
+flags.DEFINE_integer("batch", 512, "images per device")
+flags.DEFINE_string("dtype", "bfloat16", "the activations' dtype: the table is for 16-bit ones")
+CONV_KERNELS = ("fwd", "dgrad", "wgrad")
+MAP_KERNELS = ("lrn_fwd", "lrn_bwd", "pool_fwd", "pool_bwd")
+flags.DEFINE_list("kernels", [*CONV_KERNELS, *MAP_KERNELS], "which kernels")
+flags.DEFINE_list("layers", [], "which conv, LRN and pool layers (default: all)")
+flags.DEFINE_list("placements", ["split", "one"], "split: a tower per device; one: every tower on one device")
+flags.DEFINE_integer("workers", 8, "processes compiling candidates in parallel")
+flags.DEFINE_integer("max_candidates", 0, "try only the first N candidates of each kernel (0: all)")
+flags.DEFINE_integer("calls", 20, "calls timed back to back per round")
+flags.DEFINE_integer("rounds", 5, "rounds; the median counts")
+flags.DEFINE_enum("mode", "triton", ["triton", "interpret"], "interpret: the Triton interpreter (CPU, no timing)")
+flags.DEFINE_string("json", None, "write every candidate's row here")
+
+MAX_ERROR = 2.0 ** -6
+
+
+def candidates(kernel: str, shape: ConvShape):
+  """Tiles worth timing, the rule of thumb first: output tiles of 32–256 rows by 32–256 columns (no larger than the
+  layer's rows need), reduction steps of 32 or 64, 3 or 4 pipeline stages, 8 warps for the 128×256 tiles and both 4
+  and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per warp group."""
+  from triton_kernels import conv  # noqa: PLC0415  (Triton reads TRITON_INTERPRET when first imported)
+
+  args = (shape.x, shape.w, shape.stride, shape.padding, shape.groups)
+  first = conv.rule_of_thumb(kernel, *args)
+  cg, kh, kw, f = shape.w
+  rows_needed = {"fwd": f // shape.groups, "dgrad": cg, "wgrad": cg * kh * kw}[kernel]
+  cols_needed = f // shape.groups if kernel == "wgrad" else 1 << 30
+  out = [first]
+  for rows in (32, 64, 128, 256):
+    for cols in (32, 64, 128, 256):
+      if rows > max(32, 2 * rows_needed - 1) or cols > max(32, 2 * cols_needed - 1) or rows * cols > 128 * 256:
+        continue
+      if rows * cols < 64 * 64 or (kernel != "wgrad" and cols < 64):
+        continue
+      for depth in (32, 64):
+        for stages in (3, 4):
+          warps = (4, 8) if rows * cols == 128 * 128 else (8,) if rows * cols > 128 * 128 else (4,)
+          for w in warps:
+            t = conv.Tiles(rows, cols, depth, w, stages)
+            if t not in out:
+              out.append(t)
+  return out
+
+
+def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[str, ConvShape]]:
+  convs = []
+  if "split" in placements and table.towers > 1:
+    convs += [("split", s) for s in tower_convs(table, image_size, batch)]  # one tower's layer: groups 1
+  if "one" in placements:
+    convs += [("one", s) for s in grouped_convs(table, image_size, batch)]
+  return convs
+
+
+def map_candidates(kernel: str, layer, shape, groups: int):
+  """Launches worth timing, the rule first (no overrides), as (name, value) pairs of the launch function's keywords:
+  LRN 256–2048 positions per program × 1–6 chunks of each group's channels; pool 1–16 elements per thread × 2, 4 or
+  8 warps."""
+  if kernel.startswith("lrn"):
+    grid = [(("block", b), ("chunks", c)) for b in (256, 512, 1024, 2048) for c in (1, 2, 3, 4, 6)
+            if c <= shape[0] // groups]
+  else:
+    grid = [(("per_thread", p), ("num_warps", w)) for p in (1, 2, 4, 8, 16) for w in (2, 4, 8)]
+  return [(), *grid]
+
+
+def device_maps(table, image_size: int, batch: int, placements) -> list[tuple[str, object, tuple, int]]:
+  """(placement, layer, input shape, groups) of each LRN and pool as a device runs it: one tower's maps (split), or
+  every tower's side by side with the LRN normalising each tower's channels apart (one)."""
+  maps = []
+  if "split" in placements and table.towers > 1:
+    maps += [("split", layer, shape, 1) for layer, shape in tower_maps(table, image_size, batch).values()]
+  if "one" in placements:
+    inputs = layer_shapes(table, image_size, batch).inputs
+    for layer, blocks in zip(table.layers, table.tower_blocks()):
+      if layer.kind in ("lrn", "pool"):
+        maps.append(("one", layer, inputs[layer.name], table.towers if blocks else 1))
+  return maps
+
+
+def jobs_for(table, image_size, args):
+  """[(kernel, key, [(placement, layer)], shape, tiles)] in a stable order, one per distinct key and candidate."""
+  from triton_kernels import conv  # noqa: PLC0415
+
+  first_conv = next(layer.name for layer in table.layers if layer.kind == "conv")
+  found = {}
+  for placement, s in device_convs(table, image_size, args.batch, args.placements):
+    if args.layers and s.name not in args.layers:
+      continue
+    for kernel in (k for k in args.kernels if k in CONV_KERNELS):
+      if kernel == "dgrad" and s.name == first_conv:
+        continue
+      key = conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups)
+      found.setdefault(key, (kernel, s, []))[2].append(f"{s.name} {placement}")
+  for placement, layer, shape, groups in device_maps(table, image_size, args.batch, args.placements):
+    if args.layers and layer.name not in args.layers:
+      continue
+    for kernel in (k for k in args.kernels if k.split("_")[0] == layer.kind):
+      key = (kernel, *shape, groups)
+      found.setdefault(key, (kernel, (layer, shape, groups), []))[2].append(f"{layer.name} {placement}")
+  jobs = []
+  for key, (kernel, s, names) in found.items():
+    tiles = candidates(kernel, s) if kernel in CONV_KERNELS else map_candidates(kernel, *s)
+    for i, t in enumerate(tiles[:args.max_candidates or None]):
+      jobs.append(dict(kernel=kernel, key=key, layers=names, shape=s, tiles=t, rule=i == 0))
+  return jobs
+
+
+def _map_function(kernel, layer, shape, groups, dtype, mode, options):
+  """(function, random operands, bytes it moves) of one LRN or pool kernel with launch overrides `options`."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD  # noqa: PLC0415
+  from alexnet_jax.ops.pool import POOL_BWD, POOL_FWD  # noqa: PLC0415
+  from triton_kernels import pool  # noqa: PLC0415
+
+  kx, kd = jax.random.split(jax.random.key(0))
+  x = (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
+  size = x.size * x.dtype.itemsize
+  if kernel.startswith("lrn"):  # with the ReLU of the conv before it, as AlexNet's LRNs run
+    params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
+                  launch=options)
+    if kernel == "lrn_fwd":
+      return jax.jit(lambda x: LRN_FWD(x, **params)[0]), (x,), 2 * size
+    dy = jax.random.normal(kd, shape, dtype)
+    return jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]), (x, dy), 3 * size
+  params = dict(mode=mode, size=layer.size, stride=layer.stride, launch=options)
+  pooled = pool.pooled_shape(shape, layer.size, layer.stride)
+  moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices
+  if kernel == "pool_fwd":
+    return jax.jit(lambda x: POOL_FWD(x, **params)[0]), (x,), size + moved
+  dy = jax.random.normal(kd, pooled, dtype)
+  idx = jax.random.randint(kd, pooled, 0, layer.size * layer.size).astype(jnp.int8)
+  return (jax.jit(lambda dy, idx: POOL_BWD(dy, idx, height=shape[1], width=shape[2], **params)[0]),
+          (dy, idx), size + moved)
+
+
+def _worker(jobs, results, lock, dtype, mode, calls, rounds):
+  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # many processes share the GPU
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from alexnet_jax.ops import conv as ops_conv  # noqa: PLC0415
+  from alexnet_jax.ops.backend import dot_precision  # noqa: PLC0415
+  from triton_kernels import conv  # noqa: PLC0415
+
+  def conv_function(kernel, s: ConvShape, tiles):
+    """(function, random operands, FLOPs) of one conv kernel with `tiles`."""
+    geometry = dict(mode=mode, stride=s.stride, padding=s.padding, groups=s.groups, precision=dot_precision(dtype),
+                    tiles=tiles)
+    kx, kw, kb, kd = jax.random.split(jax.random.key(0), 4)
+    y_shape = jax.eval_shape(lambda x, w: ops_conv.conv2d_reference(x, w, stride=s.stride, padding=s.padding,
+                                                                    groups=s.groups),
+                             jax.ShapeDtypeStruct(s.x, dtype), jax.ShapeDtypeStruct(s.w, dtype)).shape
+    operands = (jax.random.normal(kx, s.x, dtype), (jax.random.normal(kw, s.w) * 0.05).astype(dtype),
+                jax.random.normal(kb, (s.w[3],), jnp.float32), jax.random.normal(kd, y_shape, dtype))
+    if kernel == "fwd":
+      fn = lambda x, w, b, dy: ops_conv.CONV_FWD(x, w, b, relu=False, has_bias=True, **geometry)[0]  # noqa: E731
+    elif kernel == "dgrad":
+      fn = lambda x, w, b, dy: ops_conv.CONV_DGRAD(dy, w, x_shape=s.x, **geometry)[0]  # noqa: E731
+    else:
+      fn = lambda x, w, b, dy: ops_conv.CONV_WGRAD(x, dy, w_shape=s.w, **geometry)[0]  # noqa: E731
+    return jax.jit(fn), operands, s.flops
+
+  def function(kernel, s, tiles):
+    if kernel in CONV_KERNELS:
+      return conv_function(kernel, s, tiles)
+    return _map_function(kernel, *s, dtype, mode, tiles)
+
+  def rule_of(kernel, s):
+    return conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups) if kernel in CONV_KERNELS else ()
+
+  rules = {}  # key -> the rule's compiled kernel: every candidate of a key is checked against it
+
+  @jax.jit
+  def error(ref, out):
+    ref = ref.astype(jnp.float32)
+    return jnp.abs(out.astype(jnp.float32) - ref).max() / jnp.abs(ref).max()
+
+  for job in iter(jobs.get, None):
+    kernel, s, tiles = job["kernel"], job["shape"], job["tiles"]
+    row = dict(kernel=kernel, key=list(job["key"]), layers=job["layers"], tiles=list(_fields(tiles)), rule=job["rule"])
+    try:
+      t0 = time.perf_counter()
+      fn, operands, work = function(kernel, s, tiles)
+      fn = fn.lower(*operands).compile()
+      row["compile_s"] = time.perf_counter() - t0
+      if job["key"] not in rules:
+        rule, _, _ = function(kernel, s, rule_of(kernel, s))
+        rules[job["key"]] = rule.lower(*operands).compile()
+      rule = rules[job["key"]]
+      with lock:
+        row["error"] = float(error(rule(*operands), fn(*operands)))
+        times = []
+        for _ in range(rounds):
+          t0 = time.perf_counter()
+          for _ in range(calls):  # each output dropped as the next is asked for: big layers fit many workers
+            out = fn(*operands)
+          jax.block_until_ready(out)
+          times.append((time.perf_counter() - t0) / calls)
+      row["ms"] = statistics.median(times) * 1e3
+      # conv kernels: TFLOP/s of the forward's multiply-adds; LRN and pool: TB/s of the bytes they move
+      row["tflops" if kernel in CONV_KERNELS else "tbs"] = work / (row["ms"] * 1e-3) / 1e12
+      if not row["error"] <= MAX_ERROR:
+        row["refused"] = f"error {row['error']:.2e} > {MAX_ERROR:.2e} against the rule's result"
+    except Exception as e:  # noqa: BLE001  (a candidate Triton cannot compile, e.g. too much shared memory)
+      row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+    results.put(row)
+
+
+def _fields(t):
+  """A candidate as the JSON rows hold it: a conv Tiles' fields, or an LRN or pool launch's (name, value) pairs."""
+  if isinstance(t, tuple):
+    return [list(pair) for pair in t]
+  return (t.rows, t.cols, t.depth, t.num_warps, t.num_stages, t.columns)
+
+
+def summarise(rows):
+  """Per key: the rule's row, the best accepted row, the table's tiles now (conv); best_rate is TFLOP/s for conv
+  kernels, TB/s for LRN and pool."""
+  from triton_kernels import conv  # noqa: PLC0415
+
+  by_key = {}
+  for r in rows:
+    by_key.setdefault(tuple(r["key"]), []).append(r)
+  out = []
+  for key, rs in by_key.items():
+    s = rs[0]
+    rule = [r for r in rs if r.get("rule")]
+    ok = [r for r in rs if "ms" in r and "refused" not in r]
+    if not ok:
+      continue
+    best = min(ok, key=lambda r: r["ms"])
+    table = conv.TUNED.get(key)  # a tuple of Tiles' fields, as the rows' tiles are
+    now = [r for r in ok if table is not None and tuple(r["tiles"]) == tuple(table)]
+    out.append(dict(kernel=s["kernel"], key=list(key), layers=s["layers"], best=best["tiles"], best_ms=best["ms"],
+                    best_rate=best.get("tflops", best.get("tbs")), rule_ms=rule[0].get("ms") if rule else None,
+                    table_ms=now[0]["ms"] if now else None, tried=len(rs), refused=len(rs) - len(ok)))
+  return out
+
+
+def main(argv):
+  del argv
+  args = flags.FLAGS
+  if args.mode == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
+    raise ValueError("--mode interpret needs TRITON_INTERPRET=1 in the environment")
+  from alexnet_jax.config import network_table  # noqa: PLC0415
+
+  config = args.config
+  table = network_table(config, config.dataset.num_classes or 1000)
+  jobs = jobs_for(table, config.image_size, args)
+  ctx = multiprocessing.get_context("spawn")
+  queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()
+  for j in jobs:
+    queue.put(j)
+  workers = [ctx.Process(target=_worker, args=(queue, results, lock, args.dtype, args.mode, args.calls, args.rounds))
+             for _ in range(max(1, args.workers))]
+  for w in workers:
+    queue.put(None)
+    w.start()
+  rows, t0 = [], time.perf_counter()
+  for i in range(len(jobs)):
+    row = results.get()
+    rows.append(row)
+    print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - t0:.0f}s] {row['kernel']} {'/'.join(row['layers'])} "
+          f"{row['tiles']}: " + (row["refused"][:120] if "refused" in row else f"{row['ms']:.3f} ms"), flush=True)
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows), f, indent=1)
+  for w in workers:
+    w.join()
+  best = summarise(rows)
+  print(f"\n{args.dtype}, batch {args.batch}; conv tiles: rows, cols, depth, warps, stages, wgrad columns per "
+        "program; rate: TFLOP/s (conv), TB/s (LRN, pool)")
+  print(f"{'kernel':8} {'layers':24} {'rule ms':>8} {'table ms':>8} {'best ms':>8} {'rate':>8} {'gain':>6}  best")
+  for b in best:
+    gain = b["rule_ms"] / b["best_ms"] if b["rule_ms"] else float("nan")
+    table_ms = f"{b['table_ms']:8.3f}" if b["table_ms"] else f"{'':8}"
+    rule_ms = f"{b['rule_ms']:8.3f}" if b["rule_ms"] else f"{'':8}"
+    print(f"{b['kernel']:8} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
+          f"{b['best_rate']:8.2f} {gain:6.2f}  {b['best']}")
+  convs = [b for b in best if b["kernel"] in CONV_KERNELS]
+  if convs:
+    print("\nTUNED entries (triton_kernels/conv_tiles.py):")
+  for b in convs:
+    print(f"    {tuple(b['key'])}: {tuple(b['best'])},  # {', '.join(b['layers'])}: {b['best_ms']:.3f} ms")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows, best=best), f, indent=1)
+
+
+if __name__ == "__main__":
+  cli.run(main)
