@@ -1,6 +1,7 @@
 """Chooses the kernels' launch parameters by timing them on the GPU: the conv kernels' tiles per layer (the table
 `TUNED` of triton_kernels/conv_tiles.py), and for the LRN and pool kernels, which run by a rule, how far each layer
-is from the best of a grid of launches (the rules' constants in triton_kernels/lrn.py and pool.py come from it).
+is from the best of a grid of launches (what the rules' constants in triton_kernels/lrn.py and pool.py are to be
+checked against on another GPU or network).
 
   python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd] [--layers conv1,lrn1] [--placements split,one]
