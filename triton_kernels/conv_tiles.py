@@ -6,9 +6,10 @@ or a group of towers side by side on one device: grouped convolution, the same k
 tuned. Each entry is the fastest of ~20–60 candidates (scripts/tune_kernels.py's `candidates`), with its time and the
 rule of thumb's in the comment.
 
-Measured 2026-12-01 on one NVIDIA H200, bfloat16, commit ec5e197 (docs/results/tune_conv_2026-12-01_b{128,512,1024}.json):
-  python3 scripts/tune_kernels.py --config configs/alexnet_2gpu.py --batch 512 --workers 14   # and 128, 1024
-(at 1024 the run ended before the one-device conv1 and conv3, which take the 512 entries).
+Measured 2026-12-01 on one NVIDIA H200, bfloat16, commit ec5e197
+(docs/results/tune_kernels_2026-12-01_b{128,512,1024}.json):
+  python3 scripts/tune_kernels.py --kernels fwd,dgrad,wgrad --config configs/alexnet_2gpu.py --batch 512 --workers 14
+(and --batch 128, 1024; at 1024 the run ended before the one-device conv1 and conv3, which take the 512 entries).
 """
 
 TUNED = {
