@@ -31,8 +31,7 @@ import time
 from absl import flags
 
 from alexnet_jax import cli
-from alexnet_jax.measure.kernel_shapes import ConvShape, grouped_convs, tower_convs, tower_maps
-from alexnet_jax.network.shapes import layer_shapes
+from alexnet_jax.measure.kernel_shapes import ConvShape, grouped_convs, grouped_maps, tower_convs, tower_maps
 
 cli.define_config("a configs/*.py file: its network (and image size)")
 flags.DEFINE_integer("batch", 512, "images per device")
@@ -89,13 +88,13 @@ def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[s
   return convs
 
 
-def map_candidates(kernel: str, layer, shape, groups: int):
+def map_candidates(kernel: str, group_channels: int):
   """Launches worth timing, the rule first (no overrides), as (name, value) pairs of the launch function's keywords:
   LRN 256–2048 positions per program × 1–6 chunks of each group's channels; pool 1–16 elements per thread × 2, 4 or
   8 warps."""
   if kernel.startswith("lrn"):
     grid = [(("block", b), ("chunks", c)) for b in (256, 512, 1024, 2048) for c in (1, 2, 3, 4, 6)
-            if c <= shape[0] // groups]
+            if c <= group_channels]
   else:
     grid = [(("per_thread", p), ("num_warps", w)) for p in (1, 2, 4, 8, 16) for w in (2, 4, 8)]
   return [(), *grid]
@@ -103,15 +102,12 @@ def map_candidates(kernel: str, layer, shape, groups: int):
 
 def device_maps(table, image_size: int, batch: int, placements) -> list[tuple[str, object, tuple, int]]:
   """(placement, layer, input shape, groups) of each LRN and pool as a device runs it: one tower's maps (split), or
-  every tower's side by side with the LRN normalising each tower's channels apart (one)."""
+  every tower's side by side (one)."""
   maps = []
   if "split" in placements and table.towers > 1:
     maps += [("split", layer, shape, 1) for layer, shape in tower_maps(table, image_size, batch).values()]
   if "one" in placements:
-    inputs = layer_shapes(table, image_size, batch).inputs
-    for layer, blocks in zip(table.layers, table.tower_blocks()):
-      if layer.kind in ("lrn", "pool"):
-        maps.append(("one", layer, inputs[layer.name], table.towers if blocks else 1))
+    maps += [("one", *m) for m in grouped_maps(table, image_size, batch).values()]
   return maps
 
 
@@ -137,7 +133,7 @@ def jobs_for(table, image_size, args):
       found.setdefault(key, (kernel, (layer, shape, groups), []))[2].append(f"{layer.name} {placement}")
   jobs = []
   for key, (kernel, s, names) in found.items():
-    tiles = candidates(kernel, s) if kernel in CONV_KERNELS else map_candidates(kernel, *s)
+    tiles = candidates(kernel, s) if kernel in CONV_KERNELS else map_candidates(kernel, s[1][0] // s[2])
     for i, t in enumerate(tiles[:args.max_candidates or None]):
       jobs.append(dict(kernel=kernel, key=key, layers=names, shape=s, tiles=t, rule=i == 0))
   return jobs

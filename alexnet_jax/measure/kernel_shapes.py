@@ -63,6 +63,14 @@ def tower_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[st
   return maps
 
 
+def grouped_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[str, tuple[Layer, tuple, int]]:
+  """Each pool's and LRN's input with every tower on one device, with its layer and groups: an LRN normalises each
+  tower's channels apart (towers groups); a layer after one that reads every tower sees one group."""
+  inputs = layer_shapes(table, image_size, batch).inputs
+  return {layer.name: (layer, inputs[layer.name], table.towers if blocks else 1)
+          for layer, blocks in zip(table.layers, table.tower_blocks()) if layer.kind in ("lrn", "pool")}
+
+
 def alexnet_convs(batch: int = 128) -> list[ConvShape]:
   """One tower's share of each conv layer (conv3 reads both towers' 256 maps)."""
   return tower_convs(alexnet(), 224, batch)

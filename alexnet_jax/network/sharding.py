@@ -74,18 +74,23 @@ def _check_split(params, specs, mesh) -> None:
                          f"devices of '{axis}'")
 
 
+def manual_axes(mesh, backend: str) -> set[str]:
+  """The mesh axes a shard_map around kernel calls makes manual: those of more than one device (an axis of one
+  would add collectives that move nothing); every axis for the interpreter, whose host callbacks need them all."""
+  return {axis for axis in mesh.axis_names if mesh.shape[axis] > 1 or backend == "interpret"}
+
+
 def sharded_apply(net: Network, mesh):
   """Returns apply(params, images_chwn, dropout_key, train) → logits (N, classes), the batch placed at each end as
   the plan says (over 'data', and 'model' too where the end's layer is placed 'data').
 
-  `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share. Only mesh
-  axes of more than one device are manual: an axis of one device would add collectives that move nothing. The
-  interpreter backend is the exception: its host callbacks need every mesh axis manual. Backend 'auto' chooses for
+  `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share, the mesh
+  axes `manual_axes` names manual. Backend 'auto' chooses for
   the whole network, outside the shard_map (ops.backend.by_platform): inside it, XLA's SPMD pipeline keeps the
   per-op choices until after it has chosen layouts, and XLA:CPU then ran convolutions in CHWN, 4× slower.
   """
   plan = mesh_plan(net, mesh)
-  manual = {axis for axis in ("data", "model") if mesh.shape[axis] > 1 or net.backend == "interpret"}
+  manual = manual_axes(mesh, net.backend)
   batch_in, batch_out = (tuple(a for a in axes if a in manual) or None
                          for axes in (plan.input_axes, plan.output_axes))
   local_net = net.clone(tower_axis="model" if "model" in manual else None,

@@ -162,7 +162,7 @@ def model_input(setup: Setup, batch: dict, place: bool = True) -> jax.Array:
     run = functools.partial(ops_crops.crops, size=setup.image_size, mean=setup.mean, std=setup.std,
                             dtype=setup.net.dtype, mode=mode)
     fields = images, offsets, flips, shifts
-    manual = {a for a in setup.mesh.axis_names if setup.mesh.shape[a] > 1 or mode == "interpret"} if place else ()
+    manual = sharding.manual_axes(setup.mesh, mode) if place else set()
     if manual:  # each device its rows: XLA cannot split a kernel's call itself
       fields = [_placed(setup, x, axes) for x in fields]
       rows = tuple(a for a in axes if a in manual) or None
