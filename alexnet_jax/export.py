@@ -45,6 +45,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.data.placement import random_batch
 from alexnet_jax.network import model, sharding
+from alexnet_jax.ops.backend import cuda_here
 from alexnet_jax.training import train
 
 FUNCTIONS = ("inference", "train_step")
@@ -79,7 +80,7 @@ def check_platforms(platforms, backend: str) -> tuple[str, ...]:
   if backend == "interpret":
     raise ValueError("kernel_backend='interpret' runs the kernels in host callbacks, which an artifact cannot carry: "
                      "export with 'auto', 'xla' or (for cuda) 'triton'")
-  if "cuda" in platforms and backend in ("auto", "triton") and not _has_cuda():
+  if "cuda" in platforms and backend in ("auto", "triton") and not cuda_here():
     raise ValueError("exporting the Triton kernels for cuda needs a CUDA GPU here: jax-triton compiles them at export "
                      "for its compute capability. Export on the GPU machine, or with --config.kernel_backend=xla for "
                      "a cuda program of XLA's own ops")
@@ -93,13 +94,6 @@ def _disabled_checks(platforms, backend: str) -> list:
   if "cuda" in platforms and backend in ("auto", "triton"):
     return [jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)]
   return []
-
-
-def _has_cuda() -> bool:
-  try:
-    return bool(jax.devices("cuda"))
-  except RuntimeError:  # no CUDA backend in this jaxlib, or no GPU
-    return False
 
 
 def _batch(setup: train.Setup, batch_size: int | None, platforms, backend: str):
@@ -236,7 +230,7 @@ def load(path: str) -> Artifact:
     raise ValueError(f"{path} is damaged: its program's bytes are not those it was written with (truncated or "
                      "altered); export it again")
   exported = jax.export.deserialize(bytearray(payload))
-  if "cuda" in exported.platforms and _has_cuda():
+  if "cuda" in exported.platforms and cuda_here():
     importlib.import_module("jax_triton")  # registers TRITON_CALL with XLA (importable with a CUDA jaxlib only)
   return Artifact(exported, facts)
 

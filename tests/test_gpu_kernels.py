@@ -68,6 +68,26 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
   assert counts["auto"][" conditional("] == 0 and counts["auto"][" convolution("] == 0, counts
 
 
+@pytest.mark.skipif(INTERPRETED, reason="stages the compiled kernels: needs TRITON_INTERPRET=0")
+def test_auto_stages_the_kernel_for_cuda_and_the_reference_elsewhere():
+  # With a CUDA device here one traced program serves every platform: a conditional whose CUDA branch holds the
+  # kernel (forward and, in the gradient, the backward kernels) and whose other branch holds none.
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from alexnet_jax import ops  # noqa: PLC0415
+
+  x, w, b = jnp.ones((6, 9, 9, 3)), jnp.ones((3, 5, 5, 8)), jnp.ones((8,))
+  f = lambda x, w, b: ops.conv2d(x, w, b, padding=2, groups=2, relu=True, backend="auto").sum()  # noqa: E731
+  jaxpr = jax.make_jaxpr(jax.grad(f, (0, 1)))(x, w, b)
+
+  def kernels(closed):
+    return {e.primitive.name for e in closed.jaxpr.eqns if e.primitive.name.startswith("chwn_")}
+
+  staged = [[kernels(branch) for branch in e.params["branches"]] for e in jaxpr.eqns if e.primitive.name == "cond"]
+  assert any({"chwn_conv_fwd"} in branches and set() in branches for branches in staged), staged
+  assert any({"chwn_conv_dgrad", "chwn_conv_wgrad"} in branches and set() in branches for branches in staged), staged
+
+
 @pytest.mark.skipif(INTERPRETED, reason="compiles the Triton kernels: needs TRITON_INTERPRET=0")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_training_crops_at_the_paper_s_input(dtype):

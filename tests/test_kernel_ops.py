@@ -1,6 +1,6 @@
-"""The ops as primitives around their Triton kernels: the real kernels under the interpreter ('interpret') and the
-per-platform choice ('auto': the kernel on CUDA, the XLA reference elsewhere) against 'xla', through jit, grad,
-vmap, shard_map with check_vma on two CPU devices, and jax.export for CPU and TPU."""
+"""The ops as primitives around their Triton kernels: the real kernels under the interpreter ('interpret') against
+'xla', through jit, grad, vmap, shard_map with check_vma on two CPU devices, and jax.export for CPU and TPU; 'auto'
+without a CUDA device is the XLA reference (tests/test_gpu_kernels.py stages both on a GPU)."""
 
 import functools
 
@@ -39,16 +39,15 @@ def loss(op, *args):
   return (y * jnp.cos(jnp.arange(y.size).reshape(y.shape))).sum()  # a cotangent that is not all ones
 
 
-@pytest.mark.parametrize("backend", ["interpret", "auto"])
 @pytest.mark.parametrize("name", sorted(OPS))
-def test_primitive_matches_xla_forward_and_gradient(name, backend):
+def test_primitive_matches_xla_forward_and_gradient(name):
   make, args = OPS[name]
   with jax.default_matmul_precision("highest"):
     want = jax.jit(make("xla"))(*args)
-    got = jax.jit(make(backend))(*args)
+    got = jax.jit(make("interpret"))(*args)
     argnums = tuple(range(len(args)))
     want_g = jax.jit(jax.grad(functools.partial(loss, make("xla")), argnums))(*args)
-    got_g = jax.jit(jax.grad(functools.partial(loss, make(backend)), argnums))(*args)
+    got_g = jax.jit(jax.grad(functools.partial(loss, make("interpret")), argnums))(*args)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   for g, w in zip(got_g, want_g):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(jnp.abs(w).max()))
@@ -73,8 +72,7 @@ def test_vmap_over_filters_maps():
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["interpret", "auto"])
-def test_primitives_inside_shard_map_with_check_vma(backend):
+def test_primitives_inside_shard_map_with_check_vma():
   # Images split over two devices by their image axis N, the weights replicated: the gradient of the replicated
   # weights is summed over the devices by the transpose of the widening the ops insert.
   mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
@@ -91,24 +89,15 @@ def test_primitives_inside_shard_map_with_check_vma(backend):
 
   with jax.default_matmul_precision("highest"):
     want = jax.jit(jax.value_and_grad(net("xla"), (0, 1)))(x, w)  # one program, not one per operation
-    got = jax.jit(jax.value_and_grad(net(backend), (0, 1)))(x, w)
+    got = jax.jit(jax.value_and_grad(net("interpret"), (0, 1)))(x, w)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), got, want)
 
 
-def test_auto_stages_the_kernel_for_cuda_and_the_reference_elsewhere():
-  # One traced program for every platform: the CUDA branch holds the kernels (forward and, in the gradient, the
-  # backward kernels), the default branch none.
-  make, args = OPS["conv_grouped_relu"]
-  jaxpr = jax.make_jaxpr(jax.grad(functools.partial(loss, make("auto")), (0, 1)))(*args)
-  conds = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
-  assert conds, jaxpr
-
-  def kernels(closed):
-    return {e.primitive.name for e in closed.jaxpr.eqns if e.primitive.name.startswith("chwn_")}
-
-  staged = [[kernels(branch) for branch in e.params["branches"]] for e in conds]
-  assert any({"chwn_conv_fwd"} in branches and set() in branches for branches in staged), staged
-  assert any({"chwn_conv_dgrad", "chwn_conv_wgrad"} in branches and set() in branches for branches in staged), staged
+def test_auto_without_a_cuda_device_traces_the_reference_alone():
+  # No program made here can carry the kernels (jax-triton compiles them for the GPU it sees): nothing is staged.
+  make, args = OPS["conv_lrn_relu"]
+  jaxprs = [str(jax.make_jaxpr(jax.grad(functools.partial(loss, make(b)), (0, 1, 2)))(*args)) for b in ("auto", "xla")]
+  assert jaxprs[0] == jaxprs[1] and "cond[" not in jaxprs[0] and "chwn_" not in jaxprs[0]
 
 
 def test_export_for_cpu_and_tpu_lowers_on_a_cpu_host():

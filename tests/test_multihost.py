@@ -113,11 +113,11 @@ def one_process(once):
   return once("multihost_one_process", trained)[0]
 
 
-def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir: str) -> tuple[int, list[str]]:
+def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir: str, *flags: str) -> int:
   """Starts two processes, sends process 1 alone a SIGTERM once it is about to train (what a node's preemption
   does), and returns the step after which both stopped: the same on both (the other could not save without it),
-  and saved; and their outputs."""
-  runs = start_two_processes(config_file, strategy, workdir)
+  and saved."""
+  runs = start_two_processes(config_file, strategy, workdir, *flags)
   seen = []
   for line in runs[1].stdout:  # train_and_evaluate prints this line once its signal handlers are in place
     seen.append(line)
@@ -131,19 +131,21 @@ def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir:
   assert len(steps) == 1, outputs
   (step,) = steps
   assert str(step) in os.listdir(os.path.join(workdir, "checkpoints"))
-  return step, outputs
+  return step
 
 
-def test_two_processes_stopped_by_a_signal_to_one_resume_as_one_process_with_two_devices(config_file, one_process,
-                                                                                         tmp_path):
-  # The hybrid moves the most between the processes: the batch split over both for the convolutions, gathered
-  # whole at fc3, fc3 and fc4 cut into slices and fc4's partial logits summed.
+def test_two_processes_under_pmap_stopped_by_a_signal_to_one_resume_in_two_processes_as_the_hybrid(config_file,
+                                                                                                   one_process,
+                                                                                                   tmp_path):
+  # pmap's data parallelism in two processes, process 1 alone signalled: both save the same step. The checkpoint is
+  # shard_map's and the input position depends on neither the processes nor the strategy: the hybrid, which moves
+  # the most between the processes (the batch split over both for the convolutions, gathered whole at fc3, fc3 and
+  # fc4 cut into slices and fc4's partial logits summed), resumes it in two processes to the parameters of the
+  # uninterrupted run of one process.
   two = str(tmp_path / "two")
-  stopped, _ = stopped_by_a_signal_to_one_process(config_file, "hybrid", two)
+  stopped = stopped_by_a_signal_to_one_process(config_file, "data", two, "--config.parallel_api=pmap")
   outputs = two_processes(config_file, "hybrid", two)
   assert all(f"steps {stopped}→6" in output for output in outputs)  # every process resumed from the checkpoint
-  # Both processes saw the global batch one process reads, from the restored position on: the uninterrupted run's
-  # parameters.
   assert_same_params(two, tiny_config("hybrid"), one_process)
   # Process 0 alone writes each line (a signal stops before the next log), evaluation counts each of the 15 examples
   # once.
@@ -154,24 +156,6 @@ def test_two_processes_stopped_by_a_signal_to_one_resume_as_one_process_with_two
   assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(two))
   assert sorted(map(int, os.listdir(os.path.join(two, "checkpoints")))) == sorted({stopped, 3, 6})
   assert ["conv1 colour" in output for output in outputs] == [True, False]
-
-
-def test_two_processes_under_pmap_save_what_one_process_resumes(config_file, one_process, tmp_path, capfd):
-  # pmap's data parallelism in two processes to step 3 (it logs and evaluates its last step), its checkpoint
-  # shard_map's, resumed by one process with two devices: the input position does not depend on processes.
-  two = str(tmp_path / "two")
-  outputs = two_processes(config_file, "data", two, "--config.num_epochs=0.5", "--config.parallel_api=pmap")
-  assert ["conv1 colour" in output for output in outputs] == [True, False]
-  assert sorted(os.listdir(os.path.join(two, "checkpoints"))) == ["3"]
-  capfd.readouterr()
-  loop.train_and_evaluate(tiny_config("data"), two)
-  assert "steps 3→6" in "".join(capfd.readouterr())
-  assert_same_params(two, tiny_config("data"), one_process)
-  assert [(r["step"], r["split"]) for r in lines(two)] == [(2, "train"), (3, "train"), (3, "eval"), (4, "train"),
-                                                           (6, "train"), (6, "eval")]
-  assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15, 15]
-  assert {"curves.png", "conv1_filters.png"} <= set(os.listdir(two))
-  assert sorted(map(int, os.listdir(os.path.join(two, "checkpoints")))) == [3, 6]
 
 
 def test_distributed_settings_come_from_the_config_or_the_environment(monkeypatch):

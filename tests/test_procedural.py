@@ -5,7 +5,7 @@ import pytest
 
 from alexnet_jax.data import procedural as P
 from alexnet_jax.data.sources import ProceduralSource
-from alexnet_jax.data.statistics import measure
+from alexnet_jax.data.statistics import pca_basis
 
 
 def test_class_names():
@@ -58,15 +58,18 @@ def test_labels_balanced():
   assert counts.min() >= 150 and counts.max() <= 250, counts  # expect 200 +- 13
 
 
-def test_pipeline_statistics_from_a_sample_match_all_pixels():
-  # The pipeline normalises with statistics of a subsampled set of images; they must hold for the whole split.
+def test_the_known_statistics_hold_for_other_images_sizes_and_seeds():
+  # The pipeline normalises with statistics measured once (seed 0, 32×32): they must hold for any split, size and seed.
   x, _ = P.generate(5, "test", 0, 600, 64)
   x = x.astype(np.float64)
-  stats = measure(ProceduralSource(5, "train", 64, 3000))
-  np.testing.assert_allclose(stats.mean, x.mean((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(stats.std, x.std((0, 1, 2)), atol=0.02)
-  np.testing.assert_allclose(stats.eigval.sum(), x.reshape(-1, 3).var(0).sum(), rtol=0.1)  # trace: total variance
-  np.testing.assert_allclose(stats.eigvec.T @ stats.eigvec, np.eye(3), atol=1e-5)
+  stats = P.STATISTICS
+  assert ProceduralSource(5, "train", 64, 3000).statistics is stats
+  np.testing.assert_allclose(stats.mean, x.mean((0, 1, 2)), atol=0.01)
+  np.testing.assert_allclose(stats.std, x.std((0, 1, 2)), atol=0.01)
+  eigval, eigvec = pca_basis(x)
+  np.testing.assert_allclose(stats.eigval, eigval, rtol=0.1, atol=5e-4)
+  assert abs(stats.eigvec[:, 0] @ eigvec[:, 0]) > 0.999  # the grey axis: luminance varies most
+  np.testing.assert_allclose(stats.eigvec.T @ stats.eigvec, np.eye(3), atol=1e-3)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -197,7 +197,7 @@ class ProceduralSource:
   144° one, another class)."""
 
   resize = None
-  statistics = None
+  statistics = procedural.STATISTICS
   seed: int
   split: str
   size: int

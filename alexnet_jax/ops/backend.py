@@ -1,9 +1,11 @@
 """The `backend` switch shared by every op with a kernel.
 
-'xla' runs the op's XLA reference (lax with CHWN dimension numbers). 'auto' stages both the reference and the
-Triton kernel and lets the lowering platform choose: the kernel on CUDA, the reference everywhere else, so one
-traced program (and one `jax.export` artifact) serves CPU, TPU and GPU. 'triton' insists on the kernel (CUDA only);
-'interpret' runs the kernel under the Triton interpreter on any platform (slow: tests).
+'xla' runs the op's XLA reference (lax with CHWN dimension numbers). 'auto', in a process with a CUDA device,
+stages both the reference and the Triton kernel and lets the lowering platform choose: the kernel on CUDA, the
+reference everywhere else, so one traced program (and one `jax.export` artifact) serves CPU, TPU and GPU; in a
+process without one it is the reference alone, as no program made there can carry the kernels (jax-triton compiles
+them for the GPU it sees). 'triton' insists on the kernel (CUDA only); 'interpret' runs the kernel under the Triton
+interpreter on any platform (slow: tests).
 """
 
 import functools
@@ -24,10 +26,22 @@ def check_backend(backend: str, dtype=None) -> str:
   return "xla" if dtype is not None and jnp.dtype(dtype) == jnp.float64 else backend
 
 
+@functools.cache
+def cuda_here() -> bool:
+  """Whether this process has a CUDA device, which compiling the kernels into a program needs."""
+  try:
+    return bool(jax.devices("cuda"))
+  except RuntimeError:  # no CUDA backend in this jaxlib, or no GPU
+    return False
+
+
 def by_platform(backend: str, build):
   """build(backend) for a backend other than 'auto'; for 'auto', a function that runs build('triton') where the
-  program is lowered for CUDA and build('xla') everywhere else: the one place where 'auto' is resolved, for an op
-  (dispatch) or for a whole network (network.sharding.sharded_apply)."""
+  program is lowered for CUDA and build('xla') everywhere else — or build('xla') alone without a CUDA device here,
+  where tracing the kernels too would only cost time. The one place where 'auto' is resolved, for an op (dispatch)
+  or for a whole network (network.sharding.sharded_apply)."""
+  if backend == "auto" and not cuda_here():
+    backend = "xla"
   if backend != "auto":
     return build(backend)
   kernels, reference = build("triton"), build("xla")
