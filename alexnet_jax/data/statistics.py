@@ -2,7 +2,8 @@
 PCA" colour noise moves along its covariance's eigenvectors.
 
 A source that knows its statistics says so (`source.statistics`: tfds's imagenet2012 has ImageNet's published
-values, the procedural set its own, measured once); for any other, the pipeline measures them here on a seeded sample of its training images.
+values, the procedural set its own, measured once); for any other, the pipeline measures them here on a seeded
+sample of its training images.
 """
 
 import dataclasses
