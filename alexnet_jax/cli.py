@@ -26,10 +26,11 @@ def define_run_config() -> None:
 
   flags.DEFINE_string("workdir", None, "a training run's directory (its run.json and checkpoints/ are read)")
   workdir = _argv_value(sys.argv, "--workdir")
+  global _run_error
   try:
     config = run.read(workdir).config if workdir else paper_config()
-  except ValueError:
-    config = paper_config()  # main() reports what is wrong with the workdir, in one line
+  except ValueError as e:
+    config, _run_error = paper_config(), str(e)  # reported in one line once the flags are parsed (--help works)
   try:  # ml_collections reads the --config.KEY overrides here, from sys.argv
     config_flags.DEFINE_config_dict("config", config, "the run's config; --config.KEY=VALUE overrides a key "
                                     "(--show_config lists them)", lock_config=True)
@@ -41,6 +42,7 @@ def define_run_config() -> None:
 
 
 _reads_a_run = False  # define_run_config was called: --config is the run's, not a file
+_run_error = None  # why --workdir's run.json cannot be read, refused before the script imports its heavy modules
 
 
 def _own_flags(names) -> None:
@@ -153,6 +155,8 @@ def run(main, required=()) -> None:
     flags.mark_flags_as_required(list(required))
 
   def main_or_show(argv):
+    if _run_error:
+      sys.exit(f"error: {_run_error}")
     if "show_config" in flags.FLAGS and flags.FLAGS.show_config:
       from alexnet_jax.config import describe  # noqa: PLC0415
 

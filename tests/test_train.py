@@ -37,11 +37,15 @@ def demo_config(**changes):
   return c
 
 
+READS_THE_DEMO_RUN = pytest.mark.xdist_group("demo_run")  # one worker makes it and runs them: none waits for it
+
+
 @pytest.fixture
 def demo_run(once):
   return once("train_demo_run", lambda workdir: jax.tree.map(float, loop.train_and_evaluate(demo_config(), workdir)))
 
 
+@READS_THE_DEMO_RUN
 def test_short_demo_run_beats_chance(demo_run):
   _, metrics = demo_run
   # Chance: top-1 0.10, top-5 0.50, loss ln 10 = 2.30; this run reaches about 0.25–0.30, 0.87–0.90 and 1.76–1.82.
@@ -50,6 +54,7 @@ def test_short_demo_run_beats_chance(demo_run):
   assert metrics["loss"] < 2.05
 
 
+@READS_THE_DEMO_RUN
 def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
   workdir, metrics = demo_run
   rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
@@ -207,6 +212,7 @@ def test_ten_crop_evaluation_averages_the_crops_softmax():
     p_eval_step(state, setup.batch_rows.put(batch), crops=5)
 
 
+@READS_THE_DEMO_RUN
 def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
   workdir, metrics = demo_run
   config = demo_config()
@@ -274,6 +280,7 @@ def test_command_line_reports_bad_input_in_one_line(tmp_path, flag, message):
   assert "Traceback" not in run.stderr
 
 
+@READS_THE_DEMO_RUN
 @pytest.mark.parametrize("script,others", [  # a config file, or (the scripts that read a run) its run.json
     ("train.py", ["--config", "configs/demo.py", "--workdir", "WORKDIR"]), ("evaluate.py", ["--workdir", "RUN"]),
     ("visualize.py", ["--workdir", "RUN"]), ("export.py", ["--workdir", "RUN", "--out", "WORKDIR/x"]),
