@@ -1,7 +1,8 @@
 """Training on a store, end to end, against the same step on synthetic data, on the devices present:
 
   python scripts/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
-      [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--json OUT.json]
+      [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--decoder_seconds 3]
+      [--cache 1,0.5] [--json OUT.json]
 
 The config's network, mesh, batch size, dtype and kernels (e.g. --config.dtype=bfloat16 --config.batch_size=512 for
 the figures in docs/BENCHMARKS.md) over the store; on a single device both towers train on it (mesh.model 1).
@@ -92,7 +93,7 @@ def bounded_rate(step_fn, batch: int, seconds: float) -> float:
   return done / (time.perf_counter() - start)
 
 
-def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: float = 3.0) -> dict:
+def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: float) -> dict:
   """The device decoder (nvImageCodec's `backends`) on the store's first batch, over and over: alone, then from a
   thread while the training step runs (at most AHEAD steps queued): both rates, against the step's alone."""
   host_batch, _ = dataset.train.jpeg_batch(np.arange(batch), np.zeros(0, np.int32))
@@ -124,6 +125,7 @@ flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:
                     "decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
 flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
                     "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
+flags.DEFINE_float("decoder_seconds", 3.0, "how long each of a decoder row's three rates is measured")
 flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated ('' none)")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
@@ -191,7 +193,7 @@ def main(argv):
              cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()), rows=[])
   out["synthetic_images_per_s"] = images_per_s(lambda: step(synthetic), batch, args.steps)
   print(f"synthetic: {out['synthetic_images_per_s']:,.0f} images/s", flush=True)
-  out["decoders"] = [decoder_rates(dataset, setup, batch, backends, lambda: step(synthetic))
+  out["decoders"] = [decoder_rates(dataset, setup, batch, backends, lambda: step(synthetic), args.decoder_seconds)
                      for backends in filter(None, args.decoder_rows.split(","))]
   for row in out["decoders"]:
     print(f"device decoder: {row}", flush=True)

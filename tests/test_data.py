@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import signal
+import tempfile
 
 import jax
 import numpy as np
@@ -403,7 +404,7 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   assert device_skipped == 1 and host_skipped + device_skipped == skipped
 
 
-def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
+def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host(monkeypatch):
   """A device's shared JPEG buffer holds half its rows' pixels' worth of bytes: plenty for S×S photos, not for
   16×16 JPEGs, whose headers alone outweigh 384 bytes. The rows that do not fit go to the host, decoded all the
   same; closing stops the processes and leaves no shared memory behind; too little shared memory is one clear
@@ -417,8 +418,8 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   expected, labels, _ = host.batch(indices)
   batch, _ = host.jpeg_batch(indices, np.zeros(0, np.int32))
   assert np.diff(batch["jpeg_end"], prepend=0).min() > 16 * 16 * 3 // 2  # every JPEG outweighs its room
-  before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
   decoder = nvdecode.DeviceDecoder(Rows(sharding.make_mesh(2), ("data", "model")).sharding(4), len(indices), host, 2)
+  shared = [s.path for device in decoder.devices for s in (device.jpegs, device.pixels) if s]  # this decoder's own
   finish = decoder.start(batch)
   assert all(0 < len(device.cut[0]) < 6 for device in decoder.devices)  # of each device's 6, the first fit
   images, device_labels, skipped = finish()
@@ -427,12 +428,14 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host():
   assert skipped == 0
   decoder.close()
   assert [device.process.exitcode for device in decoder.devices] == [0, 0]
-  if before:
-    assert not {name for name in os.listdir("/dev/shm") if "nvdecode" in name} - before
+  assert shared and not any(os.path.exists(path) for path in shared)
+  if os.path.isdir("/dev/shm"):
+    made, mkstemp = [], tempfile.mkstemp  # the file the refused allocation made, to see it gone
+    monkeypatch.setattr(tempfile, "mkstemp", lambda **kw: made.append(mkstemp(**kw)) or made[-1])
     free = os.statvfs("/dev/shm")
     with pytest.raises(DataError, match=r"needs [\d,]+ MiB more of shared memory in /dev/shm .*--shm-size"):
       nvdecode._Shared(free.f_bavail * free.f_frsize + 2**30)
-    assert not {name for name in os.listdir("/dev/shm") if "nvdecode" in name} - before
+    assert len(made) == 1 and not os.path.exists(made[0][1])
 
 
 def test_two_batches_decode_at_once_and_come_back_in_order(store):

@@ -67,17 +67,9 @@ def assert_same(params, reference):
     np.testing.assert_allclose(got / scale, want / scale, atol=2e-5, err_msg=jax.tree_util.keystr(path))
 
 
-MESHES = [("tower", 2, 1), ("data", 1, 2), ("hybrid", 2, 1)]  # data=2 × model=2 meshes: the four-device test
-
-
 @pytest.fixture(scope="module")
 def one_device():
   return two_steps(tiny_config())
-
-
-@pytest.mark.parametrize("strategy,model,data", MESHES)
-def test_every_strategy_on_two_devices_trains_as_one_device(strategy, model, data, one_device):
-  assert_same(two_steps(tiny_config(strategy, model, data)), one_device)
 
 
 def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
@@ -102,6 +94,8 @@ def test_pmap_is_refused_for_strategies_other_than_data_in_one_line():
     validate(config)
 
 
+# Each strategy on four devices, the model and data axes of 2 × 2 meshes among them (two-device meshes are their
+# special cases: the paper's split in tests/test_parallel.py, the hybrid over two processes in tests/test_multihost.py).
 FOUR_DEVICES = """
 import jax
 jax.config.update("jax_num_cpu_devices", 4)
