@@ -6,7 +6,6 @@ Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-conti
   bias b                          (F,) float32
   output y, output gradient dy    (F, OH, OW, N)           OH = (H + 2·PAD - KH) // STRIDE + 1, likewise OW
   filter-gradient partials dw     (SPLIT, C/G, KH, KW, F)  float32; the caller sums axis 0
-  bias-gradient partials db       (SPLIT, F)               float32; likewise
 Groups G split C and F into equal consecutive blocks: group g reads channels [g·C/G, (g+1)·C/G) and owns filters
 [g·F/G, (g+1)·F/G) (the paper's two towers on one device). The last grid axis is the group.
 
@@ -16,7 +15,6 @@ the strided operand is gathered from CHWN with masks for padding and ragged edge
   conv_fwd    y[f, p]  = Σ_k w[k, f] · x[k, p]     rows F/G,  cols p = (oh, ow, n),  k = (c, kh, kw)
   conv_dgrad  dx[c, q] = Σ_k w[c, k] · dy[k, q]    rows C/G,  cols q = (ih, iw, n),  k = (kh, kw, f)
   conv_wgrad  dw[r, f] = Σ_p x[r, p] · dy[f, p]    rows r = (c, kh, kw),  cols F/G,  p = (oh, ow, n) split SPLIT ways
-              db[f]    = Σ_p dy[f, p]            summed by the programs of the first row tile from the tiles they load
 k is ordered so that the filter tile is contiguous (w is a row-major (K, F) matrix per group in the forward pass).
 Products run on tensor cores for float16/bfloat16 (INPUT_PRECISION is then ignored) and accumulate in float32;
 float32 inputs go through tl.dot with INPUT_PRECISION "ieee" (full float32, no tensor cores) or "tf32". Outputs y and
@@ -146,17 +144,14 @@ def conv_dgrad_kernel(dy_ptr, w_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H
 
 
 @triton.jit
-def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
-                      W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
-                      PAD: tl.constexpr, GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr,
+def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                      F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
+                      GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT: tl.constexpr, SPLIT_STEPS: tl.constexpr):
-  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n],
-  and db[s, f] = Σ over the same columns of dy[f, oh, ow, n].
+  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n].
 
   Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
-  tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0. The
-  bias gradient rides along where dy's tiles are loaded anyway, so that no pass of its own reads dy again: the
-  programs of the first row tile sum them.
+  tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
   """
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
@@ -171,20 +166,14 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.cons
   f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
   r = pid // F_TILES * BLOCK_R + tl.arange(0, BLOCK_R)
   acc = tl.zeros((BLOCK_R, BLOCK_F), tl.float32)
-  bias = tl.zeros((BLOCK_F,), tl.float32)
-  first_rows = pid // F_TILES == 0
   for i in range(SPLIT_STEPS):
     p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
     x_tile = _image_tile(x_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P)
     dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
                       other=0.0)
     acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
-    if first_rows:
-      bias += tl.sum(dy_tile.to(tl.float32), axis=0)
   tl.store(dw_ptr + s * (R * F) + r[:, None] * F + (g * FG + f)[None, :], acc,
            mask=(r < R)[:, None] & (f < FG)[None, :])
-  if first_rows:
-    tl.store(db_ptr + s * F + g * FG + f, bias, mask=f < FG)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,8 +279,7 @@ def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
 
 def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
                       split=None, tiles: Tiles | None = None) -> Launch:
-  """conv_wgrad_kernel(x, dy, dw, db): dw is float32 (SPLIT, C/G, KH, KW, F) and db float32 (SPLIT, F), SPLIT =
-  constexprs["SPLIT"].
+  """conv_wgrad_kernel(x, dy, dw): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"].
 
   split, if given, asks for that many partial sums (fewer come back when the columns run out).
   """

@@ -66,20 +66,13 @@ CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(
 CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
     launch=_dgrad_launch, batch_last=(0,),
     outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)]))
-def _wgrad_partials(x, dy, **p):
-  split = _wgrad_launch(x, dy, **p).constexprs["SPLIT"]
-  return [jax.ShapeDtypeStruct((split, *p["w_shape"]), jnp.float32),
-          jax.ShapeDtypeStruct((split, p["w_shape"][-1]), jnp.float32)]
-
-
-# The filter and bias gradients (float32): the kernel writes partial sums over slices of the reduction, and adding
-# them is deterministic.
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
     launch=_wgrad_launch,
-    outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32),
-                                jax.ShapeDtypeStruct(p["w_shape"][-1:], jnp.float32)],
-    kernel_outputs=_wgrad_partials,
-    finish=lambda dw, db, **p: [dw.sum(axis=0), db.sum(axis=0)]))
+    outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
+    # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
+    kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
+        (_wgrad_launch(x, dy, **p).constexprs["SPLIT"], *p["w_shape"]), jnp.float32)],
+    finish=lambda partials, **p: [partials.sum(axis=0)]))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
@@ -99,8 +92,9 @@ def _conv_kernel_bwd(stride, padding, groups, relu, has_bias, mode, residuals, d
     dy = jnp.where(y > 0, dy, jnp.zeros_like(dy))
   geometry = dict(stride=stride, padding=padding, groups=groups, precision=dot_precision(x.dtype))
   (dx,) = CONV_DGRAD(dy, w.astype(dy.dtype), mode=mode, x_shape=x.shape, **geometry)
-  dw, db = CONV_WGRAD(x, dy.astype(x.dtype), mode=mode, w_shape=w.shape, **geometry)
-  return dx, dw.astype(w.dtype), (db if has_bias else jnp.zeros_like(b)).astype(b.dtype)
+  (dw,) = CONV_WGRAD(x, dy.astype(x.dtype), mode=mode, w_shape=w.shape, **geometry)
+  db = dy.astype(jnp.float32).sum(axis=(1, 2, 3)) if has_bias else jnp.zeros_like(b)
+  return dx, dw.astype(w.dtype), db.astype(b.dtype)
 
 
 _conv_kernel.defvjp(_conv_kernel_fwd, _conv_kernel_bwd)
