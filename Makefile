@@ -25,7 +25,7 @@ train: $(STAMP)
 	$(VENV)/bin/python scripts/train.py --config configs/demo.py $(ARGS)
 
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q $(ARGS)
+	$(VENV)/bin/python -m pytest -n 2 -q $(ARGS)
 
 # constraints.txt anew from .venv, after a change of pyproject.toml's dependencies and a `make test` that passed.
 lock: $(TEST_STAMP)

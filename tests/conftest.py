@@ -33,10 +33,9 @@ jax.config.update("jax_num_cpu_devices", 2)
 
 @pytest.fixture(scope="package")  # the tests/ folder is no package: one for the run
 def once(tmp_path_factory):
-  """once(name, make) → (workdir, make(workdir)) for an expensive run that several tests read (make's result must be
-  JSON). Those tests mark themselves pytest.mark.xdist_group(name), so that `make test` (--dist loadgroup) gives them
-  all to one worker while the other runs the rest; where workers still meet here, the first to ask makes the run and
-  the others wait for it and read it."""
+  """once(name, make) → (workdir, make(workdir)) for an expensive run that several tests read: pytest-xdist sends
+  neighbouring tests to different workers, so the first worker to ask makes it and the others wait for it and read
+  it (make's result must be JSON)."""
   root = tmp_path_factory.getbasetemp()
   if os.environ.get("PYTEST_XDIST_WORKER"):
     root = root.parent  # this run's directory, shared by its workers

@@ -157,9 +157,9 @@ def test_bench_end_to_end_needs_a_store():
 
 def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   out = tmp_path / "tune.json"
-  run = script("tune_kernels.py", "--batch=2", "--dtype=float16", "--mode=interpret", "--layers=conv5,lrn2,pool5",
-               "--kernels=fwd,lrn_bwd,pool_fwd", "--placements=split,one", "--max_candidates=2", "--workers=1",
-               "--calls=1", "--rounds=1", f"--json={out}")
+  run = script("tune_kernels.py", *SMALL, "--batch=2", "--dtype=float16", "--mode=interpret",
+               "--layers=conv5,lrn2,pool5", "--kernels=fwd,lrn_bwd,pool_fwd", "--placements=split,one",
+               "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
   rows = {}

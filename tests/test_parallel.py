@@ -6,7 +6,6 @@ import re
 
 import jax
 import numpy as np
-import pytest
 
 from alexnet_jax.config import paper_config
 from alexnet_jax.data import placement
@@ -43,10 +42,10 @@ def logits_and_grads(model_devices, train_mode, table=alexnet(num_classes=10, wi
   return np.asarray(logits), jax.tree.map(np.asarray, grads)
 
 
-@pytest.mark.parametrize("train_mode", [False, True])  # True: dropout masks must agree too
-def test_two_devices_match_one_device(train_mode):
-  logits1, grads1 = logits_and_grads(1, train_mode)
-  logits2, grads2 = logits_and_grads(2, train_mode)
+def test_two_devices_match_one_device():
+  # In training mode, so that dropout's masks must agree too (without it the same path, dropout left out).
+  logits1, grads1 = logits_and_grads(1, True)
+  logits2, grads2 = logits_and_grads(2, True)
   np.testing.assert_allclose(logits2, logits1, rtol=1e-5, atol=1e-5)
   for path, g1 in jax.tree_util.tree_leaves_with_path(grads1):
     g2 = functools.reduce(lambda t, k: t[k.key], path, grads2)

@@ -33,15 +33,11 @@ def benchmark_rows(workdir):
   return out
 
 
-READS_THE_ROWS = pytest.mark.xdist_group("scaling_rows")  # one worker makes them and runs these: none waits
-
-
 @pytest.fixture
 def rows(once):
   return once("scaling_rows", benchmark_rows)[1]
 
 
-@READS_THE_ROWS
 def test_layouts_spread_over_the_devices_at_a_batch_per_device(rows):
   found = {(r["system"], r["devices"]): r for r in json.load(open(rows))}
   meshes = {key: (r["mesh"]["data"], r["mesh"]["model"], r["batch"]) for key, r in found.items()}
@@ -58,7 +54,6 @@ def test_layouts_spread_over_the_devices_at_a_batch_per_device(rows):
       assert {k: v for k, v in r["collective_bytes"].items() if k.split()[0] in table.names} == expected, system
 
 
-@READS_THE_ROWS
 def test_scaling_report_tables_efficiency_and_plots_images_per_second(rows, tmp_path):
   png, md = tmp_path / "scaling.png", tmp_path / "scaling.md"
   run = script("scaling_report.py", rows, f"--png={png}", f"--markdown={md}")
@@ -81,7 +76,6 @@ def test_scaling_report_refuses_what_is_not_benchmark_rows_in_one_line(tmp_path)
                                                 "each with its 'system')"
 
 
-@READS_THE_ROWS
 def test_scaling_report_sets_a_system_without_a_one_device_row_against_its_implementations(rows, tmp_path):
   kept = [r for r in json.load(open(rows)) if (r["system"], r["devices"]) != ("xla:hybrid", 1)]
   path, md = tmp_path / "rows.json", tmp_path / "scaling.md"
