@@ -9,14 +9,20 @@ filters: in the paper one tower learned grey edges, the other colour blobs.
 
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # files only, no display
+from alexnet_jax.training import metrics
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
-from alexnet_jax.training import metrics  # noqa: E402
+def _pyplot():
+  """matplotlib's pyplot drawing to files only, imported when a picture is drawn: every script that imports the
+  training loop would otherwise pay its second of importing."""
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")  # files only, no display
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  return plt
 
 
 def colour_specialisation(kernel: np.ndarray) -> np.ndarray:
@@ -51,6 +57,7 @@ def write_filters(kernel: np.ndarray, path: str) -> np.ndarray:
   columns = min(8, f)
   grids = [filter_grid(kernel[t], columns) for t in range(towers)]
   height, width = grids[0].shape[:2]
+  plt = _pyplot()
   fig, axes = plt.subplots(1, towers, figsize=(towers * width / 100 + 0.5, height / 100 + 0.8), squeeze=False)
   for t, ax in enumerate(axes[0]):
     ax.imshow(grids[t], interpolation="nearest")
@@ -72,6 +79,7 @@ def write_curves(metrics_jsonl: str, path: str) -> None:
   """Loss, top-1 and top-5 accuracy (train and eval) and the learning rate against steps, from a run's
   metrics.jsonl."""
   rows = metrics.read(metrics_jsonl)
+  plt = _pyplot()
   fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
   for ax, (name, label) in zip(axes, PANELS):
     for split, style in (("train", ".-"), ("eval", "o-")):
