@@ -72,11 +72,6 @@ def lowered_train_step(config):
   return setup, state, step.lower(state, batch, jax.random.key(0))
 
 
-def compiled_train_step(config):
-  setup, _, lowered = lowered_train_step(config)
-  return setup, lowered.compile().as_text()
-
-
 def test_auto_traces_the_reference_program_off_cuda():
   # Without a CUDA device here no program can carry the kernels: 'auto' traces the network as 'xla' does, once (the
   # kernels staged beside the references cost a second of tracing per step, and XLA:CPU compiled the convolutions
