@@ -102,6 +102,12 @@ def test_dense():
   x, w, b = rng.normal(size=(7, 5)), rng.normal(size=(7, 3)), rng.normal(size=3)
   got = ops.dense(jnp.float32(x), jnp.float32(w), jnp.float32(b), relu=True)
   np.testing.assert_allclose(got, np.maximum(w.T @ x + b[:, None], 0), rtol=1e-5, atol=1e-5)
+  # Two towers reading the same x: their outputs stacked, as one GEMM per tower gives them
+  towers, b2 = rng.normal(size=(2, 7, 3)), rng.normal(size=6)
+  got = ops.dense(jnp.float32(x), jnp.float32(towers), jnp.float32(b2))
+  np.testing.assert_allclose(got, np.concatenate([t.T @ x for t in towers]) + b2[:, None], rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="expect 7"):
+    ops.dense(jnp.float32(x[:6]), jnp.float32(towers))
 
 
 def test_gradients_of_every_op():
@@ -114,6 +120,8 @@ def test_gradients_of_every_op():
     check_grads(lambda x, w, b: ops.conv2d(x, w, b, stride=2, padding=1, groups=2), (x, w, b), 1, modes="rev")
     check_grads(lambda x: ops.lrn(x * 30, groups=2), (x,), 1, modes="rev")
     check_grads(lambda x: ops.max_pool(x), (x,), 1, modes="rev")
+    towers = jnp.float64(rng.normal(size=(2, 8, 3)))  # two towers' fc weights reading the same x
+    check_grads(lambda x, w: ops.dense(x, w, relu=True), (x.reshape(8, 49), towers), 1, modes="rev")
 
 
 def test_bfloat16_inputs_keep_their_dtype():
