@@ -34,7 +34,7 @@ def loss_and_grads(apply, params, images):
 def test_baseline_computes_our_networks_function(model_devices):
   net = Network(TABLE, weight_init="he", backend="xla")
   nhwc = jax.random.normal(jax.random.key(1), (B, SIZE, SIZE, 3))
-  params = net.init(jax.random.key(0), nhwc.transpose(3, 1, 2, 0))["params"]
+  params = jax.jit(net.init)(jax.random.key(0), nhwc.transpose(3, 1, 2, 0))["params"]
   mesh = sharding.make_mesh(model=model_devices)
   ours = sharding.sharded_apply(net, mesh)
   logits, grads = loss_and_grads(lambda p, x, k, t: ours(p, x.transpose(3, 1, 2, 0), k, t),
@@ -62,7 +62,7 @@ def test_baseline_of_a_one_tower_table_computes_our_network(name, size):
   net_table = table.get_network(name, num_classes=10, width=1 / 16, towers=1, lrn_alpha_over_n=False)
   net = Network(net_table, weight_init="he", backend="xla")
   x = jax.random.normal(jax.random.key(1), (3, size, size, 4))
-  params = net.init(jax.random.key(0), x)["params"]
+  params = jax.jit(net.init)(jax.random.key(0), x)["params"]
   ours = jax.jit(net.apply)({"params": params}, x)
   plain = baseline.sharded_apply(baseline.PlainNetwork(net_table), sharding.make_mesh(model=1))
   logits = plain(baseline.from_ours(params, net_table, size), x.transpose(3, 1, 2, 0), jax.random.key(3), False)

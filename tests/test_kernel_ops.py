@@ -133,19 +133,20 @@ def test_triton_backend_without_a_gpu_says_so():
 
 
 def test_two_tower_model_on_two_devices_runs_the_kernels():
-  # The paper's split at width 1/16 on 67×67 images (the smallest that keeps every layer), with dropout: the
-  # kernels under the interpreter give the XLA model's loss and gradients.
+  # The paper's split at width 1/16 on a 67×67 image (the smallest that keeps every layer), with dropout: the
+  # kernels under the interpreter give the XLA model's loss and gradients (ragged batches: the ops' tests above).
   from alexnet_jax.network import sharding  # noqa: PLC0415
   from alexnet_jax.network.model import Network  # noqa: PLC0415
   from alexnet_jax.network.table import alexnet  # noqa: PLC0415
 
   layers = alexnet(num_classes=10, width=0.0625)
-  x = jax.random.normal(jax.random.key(1), (3, 67, 67, 3))
+  x = jax.random.normal(jax.random.key(1), (3, 67, 67, 1))
   mesh = sharding.make_mesh(model=2)
   results = []
+  params = jax.jit(Network(layers, weight_init="he").init)(jax.random.key(0), x)["params"]  # either backend's
   for backend in ("xla", "interpret"):
     net = Network(layers, weight_init="he", backend=backend)
-    params = jax.device_put(p := net.init(jax.random.key(0), x)["params"], sharding.param_shardings(mesh, net, p))
+    params = jax.device_put(params, sharding.param_shardings(mesh, net, params))
     apply = sharding.sharded_apply(net, mesh)
     with jax.default_matmul_precision("highest"):
       results.append(jax.jit(jax.value_and_grad(lambda p: (apply(p, x, jax.random.key(2), True) ** 2).mean()))(

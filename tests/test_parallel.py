@@ -29,7 +29,7 @@ def small_config(**changes):
 def logits_and_grads(model_devices, train_mode, table=alexnet(num_classes=10, width=0.0625), size=64):
   net = Network(table, weight_init="he")
   x = jax.random.normal(jax.random.key(1), (3, size, size, B))
-  params = net.init(jax.random.key(0), x)["params"]
+  params = jax.jit(net.init)(jax.random.key(0), x)["params"]
   mesh = sharding.make_mesh(model=model_devices)
   apply = sharding.sharded_apply(net, mesh)
   params = jax.device_put(params, sharding.param_shardings(mesh, net, params))
