@@ -16,7 +16,7 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
-CACHES = ("none", "device")  # where decoded training images are kept between epochs (data/cache.py)
+CACHES = ("none", "device", "host")  # where decoded training images are kept between epochs (data/cache.py)
 GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
 SCHEDULES = ("steps", "cosine")
@@ -177,9 +177,10 @@ KEYS = {
                               "decodes beside the devices"),
     "dataset.gpu_backends": Key("all", Choice(GPU_BACKENDS), "with decoder 'gpu': nvImageCodec's backends"),
     "dataset.cache": Key("none", Choice(CACHES), "'device': each training image decoded once per run, kept in "
-                         "device memory and read there in later epochs; 'none': decoded every epoch"),
-    "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with cache 'device': the bytes it may take on each device "
-                               "(0: what the step leaves free)"),
+                         "device memory and read there in later epochs; 'host': kept in the host's memory and "
+                         "copied with each batch; 'none': decoded every epoch"),
+    "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with a cache: the bytes it may take on each device, or "
+                               "in each process with 'host' (0: what the step leaves free; 3/4 of the host's)"),
     "dataset.fast_decode": Key(False, BOOL, "libjpeg-turbo's fast DCT and upsampling (pixels off by ≤ 45)"),
     "batch_size": Key(128, COUNT, "the global training batch"),
     "eval_batch_size": Key(128, COUNT, "the global evaluation batch"),
@@ -267,8 +268,8 @@ def validate(config: ml_collections.ConfigDict, table=None) -> ml_collections.Co
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
   if config.dataset.cache != "none" and config.dataset.decoder == "gpu":
-    raise ValueError("config.dataset.cache='device' keeps images the host decoded: it needs config.dataset.decoder "
-                     "'cpu' or 'auto', got 'gpu'")
+    raise ValueError(f"config.dataset.cache={config.dataset.cache!r} keeps images the host decoded: it needs "
+                     "config.dataset.decoder 'cpu' or 'auto', got 'gpu'")
   _check_image_size(config, table)
   return config
 

@@ -1,6 +1,7 @@
-"""The device cache of decoded images (data/cache.py): the batches it assembles are the decoded ones, image for image
-and label for label, from a fresh start and a resume, whether a batch's rows lie on every device or are split over
-them; the host decodes only what the cache does not hold; a run trains the same with it."""
+"""The caches of decoded images (data/cache.py), on the devices and in the host's memory: the batches they assemble
+are the decoded ones, image for image and label for label, from a fresh start and a resume, whether a batch's rows
+lie on every device or are split over them; the host decodes only what the cache does not hold; a run trains the
+same with either."""
 
 import io
 
@@ -53,15 +54,16 @@ MESHES = {"rows on both devices": (2, 1, ("data",)), "rows split over 'data'": (
           "rows split over 'model'": (2, 1, ("data", "model"))}
 
 
+@pytest.mark.parametrize("where", [cache.CachedPut, cache.HostCachedPut], ids=["device", "host"])
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())
 @pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
-def test_cached_batches_are_the_decoded_ones(dataset, mesh, start):
+def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
   model, data, axes = mesh
   rows = Rows(sharding.make_mesh(model, data), axes)
   rule = cache.Rule(SLOTS, N, BATCH, rows.blocks, start)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
-  put = cache.CachedPut(rows, SIZE, 16, rule)
+  put = where(rows, SIZE, 16, rule)
   read_from_cache = 0
   for step in range(start, start + 14):  # 112 rows: the fill, then more than three epochs
     host, skipped = cached[step]
@@ -96,14 +98,20 @@ def test_rule_fills_from_the_start_through_the_first_whole_epoch():
   assert [cache.Rule(0, 2000, 512, 2, 0).padded(k) for k in (0, 1, 33, 256)] == [1, 32, 64, 256]
 
 
+def test_the_host_cache_holds_what_its_bytes_or_the_host_s_memory_allow():
+  assert cache.host_slots(10 * cache.image_bytes(32), 320, 32) == 10
+  assert cache.host_slots(0, 320, 32) == 320  # 320 KB of images: far below 3/4 of any host's available memory
+
+
 def test_a_run_trains_the_same_with_half_the_images_cached(tmp_path, capsys):
   config = tiny_config(num_epochs=2.0)  # 10 steps an epoch: the fill, then an epoch that reads half from the cache
   plain = loop.train_and_evaluate(config, str(tmp_path / "plain"))
   half = 160 * cache.image_bytes(config.image_size)
-  config.dataset.update(dict(cache="device", cache_bytes=half))
-  cached = loop.train_and_evaluate(config, str(tmp_path / "cached"))
-  assert "cache: 160 of 320 training images on each device" in capsys.readouterr().out
-  assert cached == plain
+  for where, said in (("device", "on each device"), ("host", "in this process's memory")):
+    config.dataset.update(dict(cache=where, cache_bytes=half))
+    cached = loop.train_and_evaluate(config, str(tmp_path / where))
+    assert f"cache: 160 of 320 training images {said}" in capsys.readouterr().out
+    assert cached == plain, where
 
 
 def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
@@ -111,6 +119,10 @@ def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
   config.dataset.update(dict(cache="device", decoder="gpu"))
   with pytest.raises(ValueError, match="cache='device' keeps images the host decoded"):
     validate(config)
+  config.dataset.cache = "host"
+  with pytest.raises(ValueError, match="cache='host' keeps images the host decoded"):
+    validate(config)
+  config.dataset.cache = "device"
   config.dataset.decoder = "cpu"
   with pytest.raises(DataError, match="do not report their memory: set config.dataset.cache_bytes"):
     cache.slots(config.dataset.cache_bytes, 320, 32, sharding.make_mesh(2, 1), 0)

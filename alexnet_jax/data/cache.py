@@ -1,5 +1,6 @@
-"""Decoded training images kept in device memory (config.dataset.cache='device'), so that an image is decoded once
-per run instead of once per epoch: later epochs read its S×S uint8 pixels where the step runs.
+"""Decoded training images kept in device memory (config.dataset.cache='device') or in the host's
+(config.dataset.cache='host'), so that an image is decoded once per run instead of once per epoch: later epochs read
+its S×S uint8 pixels where the step runs, or copy them from the host's memory with the batch.
 
 Which images: the first `slots` of the training split (the cache holds what fits; the epochs' permutations make any
 subset as good as another), each in slot = its index, with its label. When: a run (re)starts with an empty cache,
@@ -19,9 +20,12 @@ A host batch under the cache (Dataset.cached_train_batch) carries, instead of 'i
 CachedPut places it and assembles the contract's batch on the devices, writing what was decoded into the cache.
 Every device holds the whole cache (the two towers of a pair read the same images); where a batch's rows are split
 over devices, a batch that writes gathers its decoded rows over those axes first, so all copies stay equal.
+HostCachedPut assembles the contract's batch in the process's memory instead, which holds the whole cache, and places
+it as a decoded batch is placed: no decoding, but the batch's bytes still cross to the devices every step.
 """
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -113,6 +117,39 @@ class CachedPut(HostPut):
     return lambda: (dict(image=images, **on_device, label=labels), 0)
 
 
+class HostCachedPut(HostPut):
+  """put(host batch under the cache) → finish, as CachedPut, with the cache in this process's memory: the batch's
+  decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batch placed
+  as a decoded one. Batches must come in order from rule.start."""
+
+  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule):
+    super().__init__(rows, size, image_size)
+    self.rule, self.step = rule, rule.start
+    # Pages are taken as images are written: a cache the run never fills costs nothing.
+    self.images = np.empty((rule.slots, size, size, 3), np.uint8)
+    self.labels = np.zeros((rule.slots,), np.int32)
+
+  def put(self, batch: dict):
+    n = len(batch["label"])
+    block = self.rule.batch_size // self.rule.blocks
+    k = len(batch["image"]) * block // n  # this process's n // block blocks hold K decoded rows each
+    places, indices = batch["decoded"], batch["index"]
+    if places.shape != (n,) or indices.shape != (n,) or places.max(initial=-1) >= k:
+      raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
+    hit = places < 0
+    from_host = batch["image"][np.arange(n) // block * k + np.maximum(places, 0)]
+    if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
+      into = ~hit & (indices < self.rule.slots)
+      self.images[indices[into]] = from_host[into]
+      self.labels[indices[into]] = batch["label"][into]
+    slot = np.where(hit, indices, 0)
+    assembled = dict(batch, image=np.where(hit[:, None, None, None], self.images[slot], from_host),
+                     label=np.where(hit, self.labels[slot], batch["label"]))
+    del assembled["decoded"], assembled["index"]
+    self.step += 1
+    return super().put(assembled)
+
+
 def _assembly(rows: Rows, slots: int, write: bool):
   """The jitted (cache images, cache labels, decoded, places, indices, labels) → (cache images, cache labels, batch
   images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache."""
@@ -150,6 +187,19 @@ def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int) -> int:
       raise DataError(f"these {mesh.devices.flat[0].platform} devices do not report their memory: set "
                       "config.dataset.cache_bytes to the bytes the cache may take on each")
     limit = max(0, min(free) - step_bytes - MARGIN)
+  held = min(num_train, limit // image_bytes(size))
+  return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
+
+
+HOST_SHARE = 0.75  # of the host memory available when a run starts: the rest for the workers, batches and the step
+
+
+def host_slots(limit: int, num_train: int, size: int) -> int:
+  """How many training images the host cache holds in this process: `limit` bytes' worth
+  (config.dataset.cache_bytes), or (0) HOST_SHARE of the memory the host has available; at most num_train. The
+  same on every process."""
+  if not limit:
+    limit = int(HOST_SHARE * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
   held = min(num_train, limit // image_bytes(size))
   return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
 

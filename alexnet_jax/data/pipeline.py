@@ -18,8 +18,9 @@ for the procedural set, whose images are never cropped, flipped or shifted):
     host); the device takes the centre crop or the paper's 10 crops (training/train.py's eval_step).
 Crop, flip and shift are drawn for each global batch from (seed, step), as Grain's random_map seeds it; the host
 only decodes, and sends S×S uint8 (a quarter of float32's bytes), or, where the devices decode (decoder 'gpu'), the
-JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch), or, under the device cache (dataset.cache 'device'), only
-the rows the cache does not hold (cache.py's layout, which cache.CachedPut turns into this contract). The device
+JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch), or, under a cache (dataset.cache 'device' or 'host'),
+only the rows the cache does not hold (cache.py's layout, which cache.CachedPut or HostCachedPut turns into this
+contract). The device
 applies the draws and normalises with the dataset's mean and std (training.train.model_input). Images are NHWC at
 this boundary, the convention every image source uses; train.logits_fn transposes them to CHWN, the layout of the
 kernels.
