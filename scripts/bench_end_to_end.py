@@ -2,7 +2,7 @@
 
   python scripts/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
       [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--decoder_seconds 3]
-      [--cache 1,0.5] [--json OUT.json]
+      [--cache 1,0.5,host:0.5] [--json OUT.json]
 
 The config's network, mesh, batch size, dtype and kernels (e.g. --config.dtype=bfloat16 --config.batch_size=512 for
 the figures in docs/BENCHMARKS.md) over the store; on a single device both towers train on it (mesh.model 1).
@@ -22,10 +22,10 @@ Rows, all in one process and one compiled step:
               feed's thread spent the time: waiting for host batches, putting them, waiting for the loop; where
               the devices decode, the decoder's too (nvdecode.DeviceDecoder.seconds, shares of the time).
   cache       for each fraction f in --cache, the first setting's host path with the device cache holding f of the
-              store (data/cache.py): the first epoch (the host decodes every image, the cache fills) and the
-              epochs after it (the host decodes the 1 − f not cached), against the model min(synthetic, host alone
-              ÷ (1 − f)); and how many images of ImageNet's 1,281,167 the cache would hold on this device beside
-              the step (config.dataset.cache_bytes 0).
+              store (data/cache.py; 'host:f' the host cache): the first epoch (the host decodes every image, the
+              cache fills) and the epochs after it (the host decodes the 1 − f not cached), against the model
+              min(synthetic, host alone ÷ (1 − f)); and how many images of ImageNet's 1,281,167 the device cache
+              would hold on this device beside the step (config.dataset.cache_bytes 0).
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
@@ -126,19 +126,25 @@ flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:
 flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
                     "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
 flags.DEFINE_float("decoder_seconds", 3.0, "how long each of a decoder row's three rates is measured")
-flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated ('' none)")
+flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated; 'host:F' "
+                    "for the host cache ('' none)")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
 
 
-def cache_rows(config, dataset, setup, step, fractions: list[float], workers: int, steps: int, host: float,
+def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int, steps: int, host: float,
                synthetic: float) -> list[dict]:
-  """The cache rows: per fraction, the first epoch's images/s and the later epochs', the model's."""
+  """The cache rows: per fraction ('F' on the devices, 'host:F' in the host's memory), the first epoch's images/s
+  and the later epochs', the model's."""
   batch, out = config.batch_size, []
-  for fraction in fractions:
+  for text in fractions:
+    where, _, number = text.rpartition(":")
+    if where not in ("", "host"):
+      raise ValueError(f"--cache {text!r}: a fraction F (the device cache) or host:F")
+    fraction, put = float(number), cache.HostCachedPut if where else cache.CachedPut
     rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_rows.blocks, 0)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers),
-                cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, rule))
+                put(setup.batch_rows, dataset.size, setup.image_size, rule))
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
@@ -149,7 +155,7 @@ def cache_rows(config, dataset, setup, step, fractions: list[float], workers: in
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows=1)  # noqa: B023
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
-    out.append(dict(fraction=fraction, images=rule.slots, first_epoch_steps=max(0, timed),
+    out.append(dict(fraction=fraction, cache=where or "device", images=rule.slots, first_epoch_steps=max(0, timed),
                     first_epoch_images_per_s=first, first_epoch_of_host=first and first / host,
                     later_images_per_s=later,
                     of_synthetic=later / synthetic, model_images_per_s=model))
@@ -225,8 +231,8 @@ def main(argv):
     data = get_dataset(config)
     host = pipeline_rate(data, batch, args.steps, int(first[1]))
     out["cache_host_images_per_s"] = host
-    out["cache"] = cache_rows(config, data, setup, step, [float(f) for f in args.cache.split(",")], int(first[1]),
-                              args.steps, host, out["synthetic_images_per_s"])
+    out["cache"] = cache_rows(config, data, setup, step, args.cache.split(","), int(first[1]), args.steps, host,
+                              out["synthetic_images_per_s"])
     out["imagenet_in_cache"] = imagenet_fits(p_train_step, batch, data, setup, state, key)
     print(f"ImageNet in the cache: {out['imagenet_in_cache']}", flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
