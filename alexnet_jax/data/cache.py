@@ -105,10 +105,7 @@ class CachedPut(HostPut):
     self._assemble = {write: _assembly(rows, rule.slots, write) for write in (False, True)}
 
   def put(self, batch: dict):
-    n = len(batch["label"])
-    k = len(batch["image"]) * self.rule.batch_size // (n * self.rule.blocks)  # this process's blocks hold K each
-    if batch["decoded"].shape != (n,) or batch["index"].shape != (n,) or batch["decoded"].max(initial=-1) >= k:
-      raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
+    _decoded_per_block(batch, self.rule)
     check_batch(batch, self.size, self.image_size)
     on_device = self.rows.put(batch)
     self.images, self.labels, images, labels = self._assemble[self.rule.writes(self.step)](
@@ -130,26 +127,32 @@ class HostCachedPut(HostPut):
     self.labels = np.zeros((rule.slots,), np.int32)
 
   def put(self, batch: dict):
-    n = len(batch["label"])
-    block = self.rule.batch_size // self.rule.blocks
-    k = len(batch["image"]) * block // n  # this process's n // block blocks hold K decoded rows each
+    k = _decoded_per_block(batch, self.rule)
     places, indices = batch["decoded"], batch["index"]
-    if places.shape != (n,) or indices.shape != (n,) or places.max(initial=-1) >= k:
-      raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
     hit, decoded = places < 0, np.flatnonzero(places >= 0)
-    from_host = batch["image"][decoded // block * k + places[decoded]]
+    from_host = batch["image"][decoded // (self.rule.batch_size // self.rule.blocks) * k + places[decoded]]
     if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
       into = indices[decoded] < self.rule.slots
       self.images[indices[decoded][into]] = from_host[into]
       self.labels[indices[decoded][into]] = batch["label"][decoded][into]
     # Each row copied once into the batch: a batch of 512 256×256 images is 100 MB, copied at memory's speed.
-    images, labels = np.empty((n, *self.images.shape[1:]), np.uint8), batch["label"].copy()
+    images, labels = np.empty((len(places), *self.images.shape[1:]), np.uint8), batch["label"].copy()
     images[decoded] = from_host
     images[hit], labels[hit] = self.images[indices[hit]], self.labels[indices[hit]]
     assembled = dict(batch, image=images, label=labels)
     del assembled["decoded"], assembled["index"]
     self.step += 1
     return super().put(assembled)
+
+
+def _decoded_per_block(batch: dict, rule: Rule) -> int:
+  """K of a host batch under the cache (each of this process's row blocks holds K decoded rows), its 'decoded' and
+  'index' checked against it."""
+  n = len(batch["label"])
+  k = len(batch["image"]) * rule.batch_size // (n * rule.blocks)
+  if batch["decoded"].shape != (n,) or batch["index"].shape != (n,) or batch["decoded"].max(initial=-1) >= k:
+    raise ValueError(f"a cached batch's 'decoded' and 'index' must be ({n},) with places below {k}")
+  return k
 
 
 def _assembly(rows: Rows, slots: int, write: bool):
@@ -189,8 +192,7 @@ def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int) -> int:
       raise DataError(f"these {mesh.devices.flat[0].platform} devices do not report their memory: set "
                       "config.dataset.cache_bytes to the bytes the cache may take on each")
     limit = max(0, min(free) - step_bytes - MARGIN)
-  held = min(num_train, limit // image_bytes(size))
-  return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
+  return _held(limit, num_train, size)
 
 
 HOST_SHARE = 0.75  # of the host memory available when a run starts: the rest for the workers, batches and the step
@@ -202,6 +204,12 @@ def host_slots(limit: int, num_train: int, size: int) -> int:
   same on every process."""
   if not limit:
     limit = int(HOST_SHARE * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+  return _held(limit, num_train, size)
+
+
+def _held(limit: int, num_train: int, size: int) -> int:
+  """`limit` bytes' worth of images, at most num_train: the fewest any process can hold, so that all hold the
+  same."""
   held = min(num_train, limit // image_bytes(size))
   return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
 
