@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import io
 import logging
+import multiprocessing
 import os
 import signal
 import tempfile
@@ -264,6 +265,16 @@ def test_worker_processes_give_the_same_batches(small):
     assert_batches_equal(take(iterator, 3), [batches[i] for i in (2, 3, 4)])
   finally:
     iterator.close()
+
+
+def test_worker_processes_end_by_themselves_when_closed(small):
+  # A batch of these images is larger than a pipe holds: had it come through the worker's pipe, the worker would
+  # wait at its exit for the parent to read it, until Grain killed it 25 s later (a minute for two, at every close).
+  iterator = iterate(train_batches(small, 32), 0, 2)
+  take(iterator, 3)
+  workers = multiprocessing.active_children()
+  iterator.close()
+  assert workers and [p.exitcode for p in workers] == [0] * len(workers)
 
 
 def test_worker_processes_leave_stop_signals_to_the_training_process(small):

@@ -37,7 +37,7 @@ from absl import flags
 from alexnet_jax.data import augment, cache, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 
-MIN_SHM_BYTES = 1 << 20  # arrays from worker processes that come through shared memory rather than a pipe
+MIN_SHM_BYTES = 4096  # arrays from worker processes that come through shared memory rather than a pipe
 BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
 
 
@@ -164,8 +164,10 @@ def iterate(batches, start: int, workers: int):
   ds = batches[start:].to_iter_dataset(_ahead())
   if not workers:
     return iter(ds)
-  # Only the images travel through shared memory: a block per small array costs more than a copy, and a worker
-  # stopped between making its blocks and handing them over leaves them behind (Grain issue #398).
+  # Arrays of a page or more travel through shared memory, the rest through the worker's pipe: a block per tiny array
+  # costs more than a copy, and a worker stopped between making its blocks and handing them over leaves them behind
+  # (Grain issue #398). But a batch larger than the pipe holds (64 KiB) must not take it: a worker stopped while
+  # writing one waits at its exit for a reader that is gone, until Grain kills it 25 s later, worker after worker.
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
   return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
 
