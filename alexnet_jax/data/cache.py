@@ -24,6 +24,8 @@ HostCachedPut assembles the contract's batch in the process's memory instead, wh
 it as a decoded batch is placed: no decoding, but the batch's bytes still cross to the devices every step.
 """
 
+import collections
+import concurrent.futures
 import dataclasses
 import os
 
@@ -39,6 +41,8 @@ from alexnet_jax.data.placement import HostPut, Rows, check_batch
 from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
+COPY_THREADS = min(8, len(os.sched_getaffinity(0)))  # the host cache's copies: memory's bandwidth, not the cores
+BUFFERS = 3  # the host cache's batch buffers, each used again once its batch has crossed to the devices
 SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
 
 
@@ -125,24 +129,57 @@ class HostCachedPut(HostPut):
     # Pages are taken as images are written: a cache the run never fills costs nothing.
     self.images = np.empty((rule.slots, size, size, 3), np.uint8)
     self.labels = np.zeros((rule.slots,), np.int32)
+    self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
+    # The batches' pixels are assembled in buffers used again and again: fresh memory for each would be paged in (and
+    # zeroed) every step, which costs more than the copy. A buffer is used again once its batch is on the devices;
+    # not at all on CPU devices, whose arrays may be the host buffer itself (XLA:CPU takes aligned memory as it is).
+    self._buffers = collections.deque()  # (host images, the device images placed from them), oldest first
+    self._reuse = rows.mesh.devices.flat[0].platform != "cpu"
 
   def put(self, batch: dict):
     k = _decoded_per_block(batch, self.rule)
     places, indices = batch["decoded"], batch["index"]
-    hit, decoded = places < 0, np.flatnonzero(places >= 0)
-    from_host = batch["image"][decoded // (self.rule.batch_size // self.rule.blocks) * k + places[decoded]]
+    hit = places < 0
+    decoded, cached = np.flatnonzero(~hit), np.flatnonzero(hit)
+    host_rows = decoded // (self.rule.batch_size // self.rule.blocks) * k + places[decoded]  # in batch['image']
     if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
       into = indices[decoded] < self.rule.slots
-      self.images[indices[decoded][into]] = from_host[into]
+      self._copy_rows([(self.images, indices[decoded][into], batch["image"], host_rows[into])])
       self.labels[indices[decoded][into]] = batch["label"][decoded][into]
-    # Each row copied once into the batch: a batch of 512 256×256 images is 100 MB, copied at memory's speed.
-    images, labels = np.empty((len(places), *self.images.shape[1:]), np.uint8), batch["label"].copy()
-    images[decoded] = from_host
-    images[hit], labels[hit] = self.images[indices[hit]], self.labels[indices[hit]]
+    images, labels = self._buffer(len(places)), batch["label"].copy()
+    self._copy_rows([(images, decoded, batch["image"], host_rows), (images, cached, self.images, indices[cached])])
+    labels[cached] = self.labels[indices[cached]]
     assembled = dict(batch, image=images, label=labels)
     del assembled["decoded"], assembled["index"]
     self.step += 1
-    return super().put(assembled)
+    finish = super().put(assembled)
+    if self._reuse:
+      self._buffers.append((images, finish()[0]["image"]))
+    return finish
+
+  def _buffer(self, n: int) -> np.ndarray:
+    if len(self._buffers) == BUFFERS:
+      images, placed = self._buffers.popleft()
+      jax.block_until_ready(placed)  # copied from the buffer long ago: this rarely waits
+      if len(images) == n:
+        return images
+    return np.empty((n, *self.images.shape[1:]), np.uint8)
+
+  def _copy_rows(self, copies: list[tuple]) -> None:
+    """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies`, row by row over COPY_THREADS threads:
+    numpy lets go of the GIL while it copies a row (196 KB at 256×256), and a row's copy reads and writes once, where
+    fancy indexing makes a gathered array first."""
+    def copy(dst, dst_rows, src, src_rows):
+      for d, s in zip(dst_rows.tolist(), src_rows.tolist()):
+        dst[d] = src[s]
+
+    parts = [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
+             for d, s in zip(np.array_split(dst_rows, COPY_THREADS), np.array_split(src_rows, COPY_THREADS)) if len(d)]
+    for future in [self._threads.submit(copy, *part) for part in parts]:
+      future.result()
+
+  def close(self) -> None:
+    self._threads.shutdown()
 
 
 def _decoded_per_block(batch: dict, rule: Rule) -> int:

@@ -1,0 +1,30 @@
+"""The host cache on a CUDA GPU (`pytest -m gpu tests/test_gpu_cache.py`): there its batch buffers are used again, each
+once its batch has crossed to the device; every batch placed is still the decoded one when all are read at the end.
+Without a CUDA device the module is skipped (on CPU devices the buffers are not used again: test_cache.py)."""
+
+import jax
+import numpy as np
+import pytest
+from test_cache import BATCH, SIZE, SLOTS, N, dataset  # noqa: F401  (dataset: the fixture)
+
+from alexnet_jax.data import cache, train_batches
+from alexnet_jax.data.placement import Rows
+from alexnet_jax.network import sharding
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")]
+
+
+def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dataset):  # noqa: F811
+  rows = Rows(sharding.make_mesh(1, 1), ("data",))
+  rule = cache.Rule(SLOTS, N, BATCH, rows.blocks, 0)
+  cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
+  plain = train_batches(dataset, BATCH)
+  put = cache.HostCachedPut(rows, SIZE, 16, rule)
+  steps = 4 * cache.BUFFERS + 2  # the fill, then every buffer used again several times over
+  placed = [put.put(cached[step][0])()[0] for step in range(steps)]  # all held until the end
+  for step, got in enumerate(placed):
+    want, _ = plain[step]
+    for k in want:
+      np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{k} of step {step}")
+  put.close()
