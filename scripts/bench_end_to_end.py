@@ -24,8 +24,9 @@ Rows, all in one process and one compiled step:
   cache       for each fraction f in --cache, the first setting's host path with the device cache holding f of the
               store (data/cache.py; 'host:f' the host cache): the first epoch (the host decodes every image, the
               cache fills) and the epochs after it (the host decodes the 1 − f not cached), against the model
-              min(synthetic, host alone ÷ (1 − f)); and how many images of ImageNet's 1,281,167 the device cache
-              would hold on this device beside the step (config.dataset.cache_bytes 0).
+              min(synthetic, host alone ÷ (1 − f)), and where the feed's thread spent the later epochs' time; and
+              how many images of ImageNet's 1,281,167 the device cache would hold on this device beside the step
+              (config.dataset.cache_bytes 0).
 The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
 """
 
@@ -152,12 +153,14 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1) if timed > 0 else None  # noqa: B023
     for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
+    before, start = dict(feed.seconds), time.perf_counter()
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows=1)  # noqa: B023
+    split = {k: (feed.seconds[k] - before[k]) / (time.perf_counter() - start) for k in before}
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
     out.append(dict(fraction=fraction, cache=where or "device", images=rule.slots, first_epoch_steps=max(0, timed),
                     first_epoch_images_per_s=first, first_epoch_of_host=first and first / host,
-                    later_images_per_s=later,
+                    later_images_per_s=later, later_feed=split,
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
   return out

@@ -145,6 +145,7 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   assert (full["cache"], full["fraction"], half["cache"], half["fraction"]) == ("device", 1.0, "host", 0.5)
   assert half["images"] == round(full["images"] / 2) > 0
   assert full["later_images_per_s"] > 0 and half["later_images_per_s"] > 0
+  assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half))
   assert half["model_images_per_s"] == pytest.approx(min(result["synthetic_images_per_s"],
                                                           2 * result["cache_host_images_per_s"]))
   assert "set config.dataset.cache_bytes" in result["imagenet_in_cache"]["error"]  # CPU devices: no memory figures
