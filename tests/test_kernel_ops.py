@@ -27,10 +27,14 @@ OPS = {
                      (rand(3, 19, 19, 3), rand(3, 11, 11, 4, scale=0.1))),
     "max_pool": (lambda be: lambda x: ops.max_pool(x, backend=be), (jnp.maximum(rand(5, 13, 11, 33), 0),)),
     "lrn": (lambda be: lambda x: ops.lrn(x, groups=2, backend=be), (rand(8, 5, 5, 3, scale=40),)),
-    # the conv's ReLU moved into the LRN after it (alexnet_jax/model.py does so for conv1 and conv2)
+    # the conv's ReLU moved into the LRN after it (network/model.py does so for conv1 and conv2)
     "conv_lrn_relu": (lambda be: lambda x, w, b: ops.lrn(ops.conv2d(x, w, b, padding=2, groups=2, backend=be),
                                                          groups=2, relu=True, backend=be),
                       (rand(6, 9, 9, 3), rand(3, 5, 5, 8, scale=0.2), rand(8))),
+    # and into the pool after it (model.py: conv5, and VGG's last conv of each block)
+    "conv_pool_relu": (lambda be: lambda x, w, b: ops.max_pool(ops.conv2d(x, w, b, padding=1, groups=2, backend=be),
+                                                               relu=True, backend=be),
+                       (rand(6, 9, 9, 3), rand(3, 3, 3, 8, scale=0.2), rand(8))),
 }
 
 

@@ -121,19 +121,23 @@ def test_lrn_constants_come_from_the_layer():
   assert float(jnp.abs(logits[0] - logits[1]).max()) > 1e-3 * float(jnp.abs(logits[0]).max())
 
 
-def test_conv_before_an_lrn_leaves_its_relu_to_the_lrn_kernels():
-  # conv1 and conv2 feed LRNs: their kernels write the conv without ReLU, the LRN kernels apply it (forward) and
-  # mask the gradient as they write it (backward); conv3–5 keep theirs. What the layers output is unchanged.
+def test_conv_before_an_lrn_or_pool_leaves_its_relu_to_that_layers_kernels():
+  # conv1 and conv2 feed LRNs, conv5 a pool: their kernels write the conv without ReLU, the LRN and pool kernels
+  # apply it (forward) and mask the gradient as they write it (backward); conv3 and conv4 keep theirs. What the
+  # layers output is unchanged.
   net = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="interpret")
   x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
   params = jax.jit(net.init)(jax.random.key(1), x)
   jaxpr = jax.make_jaxpr(lambda p: net.apply(p, x))(params)
   calls = [(e.primitive.name, e.params["relu"]) for e in equations(jaxpr.jaxpr)
-           if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd")]
-  assert calls == [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True)] * 2 + [("chwn_conv_fwd", True)] * 3, calls
+           if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd", "chwn_max_pool_fwd")]
+  norm = [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True), ("chwn_max_pool_fwd", False)]
+  want = norm * 2 + [("chwn_conv_fwd", True)] * 2 + [("chwn_conv_fwd", False), ("chwn_max_pool_fwd", True)]
+  assert calls == want, calls
   logits, state = jax.jit(lambda p: net.apply(p, x, mutable=["intermediates"]))(params)
   acts = state["intermediates"]["activations"][0]
-  assert float(acts["conv1"].min()) == 0.0 and float(acts["conv2"].min()) == 0.0  # ReLU outputs, as the table says
+  for name in ("conv1", "conv2", "conv5"):  # ReLU outputs, as the table says
+    assert float(acts[name].min()) == 0.0, name
   reference = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="xla")
   np.testing.assert_allclose(logits, jax.jit(reference.apply)(params, x), rtol=1e-4, atol=1e-4)
 

@@ -123,6 +123,29 @@ def test_max_pool_propagates_nan_to_exactly_its_windows():
   assert idx[1, 1, 2, 2] == (4 - 2) * 3 + (6 - 4) and idx[0, 0, 0, 0] == 2 * 3 + 2
 
 
+def test_max_pool_of_relu_pools_the_relu_and_sends_no_gradient_from_windows_without_a_positive_max():
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(3, 11, 11, 5)).astype(np.float32)  # pre-activations: a ReLU's output would tie at 0
+  x[0, :3, :3] = -1.0  # a window with no positive element
+  x[1, 4, 6, 2] = np.nan  # NaN stays NaN and, as through XLA's ReLU, sends back nothing
+  shape = pool.pooled_shape(x.shape, 3, 2)
+  (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
+  run(pool.max_pool_fwd_launch(x.shape, 3, 2, "float32", relu=True), x, y, idx)
+  untouched(ybuf)
+  untouched(ibuf)
+  relu = np.where(np.isnan(x), x, np.maximum(x, 0.0)).astype(np.float64)
+  want_y, want_idx = pool_fwd_numpy(relu, 3, 2)
+  np.testing.assert_array_equal(y, want_y.astype(np.float32))
+  live = want_y > 0  # NaN > 0 is false
+  assert (~live).sum() > 4 and y[0, 0, 0].max() == 0.0
+  np.testing.assert_array_equal(idx, np.where(live, want_idx, -1))
+  dy = rng.normal(size=shape).astype(np.float32)
+  dx = run_pool_bwd(dy, idx, x.shape, 3, 2)
+  want_dx = pool_bwd_numpy(dy.astype(np.float64), want_idx, x.shape, 3, 2) * (relu > 0)  # then through the ReLU
+  np.testing.assert_allclose(dx, want_dx, **TOL["float32"])
+  assert (dx[x <= 0] == 0).all() and dx[1, 4, 6, 2] == 0
+
+
 # ---- LRN ----
 
 def lrn_window(c, cg, size):

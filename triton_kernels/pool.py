@@ -2,6 +2,10 @@
 
   forward:  x (C, H, W, N) → y (C, OH, OW, N) in x's dtype, idx (C, OH, OW, N) int8
   backward: dy (C, OH, OW, N), idx → dx (C, H, W, N) in dy's dtype
+  RELU: pool ReLU(x) instead of x, the ReLU's gradient included: the conv before the pool leaves its ReLU here, so
+  that its backward needs no pass of its own to mask the gradient. The max of ReLU(x) is the ReLU of x's max, so
+  this costs nothing: a window whose max is not positive sends no gradient back (idx −1), any other sends it to the
+  same element as without RELU
 
 with OH = (H − SIZE)//STRIDE + 1 (OW likewise). idx is the row-major position kh·SIZE + kw of the window's maximum:
 the first one on ties (XLA's select_and_scatter gives the whole gradient to the first maximum in scan order, and ties
@@ -20,7 +24,7 @@ ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 @triton.jit
 def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
                         OH: tl.constexpr, OW: tl.constexpr, SIZE: tl.constexpr, STRIDE: tl.constexpr,
-                        BLOCK: tl.constexpr):
+                        RELU: tl.constexpr, BLOCK: tl.constexpr):
   # A block is consecutive flat outputs, so neighbouring lanes are neighbouring images at one pixel: loads coalesce,
   # and with N a compile-time constant Triton can prove the runs contiguous and vectorise them.
   o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -40,6 +44,9 @@ def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr,
         take = (v > best) | ((v != v) & (best == best))
         best = tl.where(take, v, best)
         arg = tl.where(take, kh * SIZE + kw, arg)
+  if RELU:  # a NaN stays NaN, as XLA's ReLU keeps it, and sends back no gradient, as XLA's ReLU (NaN > 0 is false)
+    arg = tl.where(best > 0, arg, -1)
+    best = tl.where((best > 0) | (best != best), best, 0.0)
   tl.store(y_ptr + o, best.to(y_ptr.dtype.element_ty), mask=live)
   tl.store(idx_ptr + o, arg.to(tl.int8), mask=live)
 
@@ -77,7 +84,7 @@ def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
-def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_warps):
+def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_warps, **constexprs):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -88,17 +95,18 @@ def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_w
   _, oh, ow, _ = pooled_shape(shape, size, stride)
   # A small layer gets a smaller (power of two) block.
   block = min(per_thread * 32 * num_warps, max(32 * num_warps, triton.next_power_of_2(elements)))
-  constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block)
+  constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block, **constexprs)
   return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
 
-def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str, per_thread: int | None = None,
-                        num_warps: int | None = None) -> Launch:
-  """shape is x's (C, H, W, N); one lane per element of y. The rule: two outputs per thread and 8 warps (each output
-  reads SIZE² inputs, so small blocks of many warps keep the most loads in flight); per_thread and num_warps
-  override it."""
+def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str, relu: bool = False,
+                        per_thread: int | None = None, num_warps: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); one lane per element of y; relu: pool ReLU(x). The rule: two outputs per thread and
+  8 warps (each output reads SIZE² inputs, so small blocks of many warps keep the most loads in flight); per_thread
+  and num_warps override it."""
   c, oh, ow, n = pooled_shape(shape, size, stride)
-  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, per_thread or 2, num_warps or 8)
+  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, per_thread or 2, num_warps or 8,
+                 RELU=bool(relu))
 
 
 def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str, per_thread: int | None = None,

@@ -76,7 +76,7 @@ class Network(nn.Module):
     plan = placement.plan(self.table, model=self._slices())
     activations = {}
     x = x.astype(self.dtype)
-    relu_pending = False  # a conv left its ReLU to the LRN after it
+    relu_pending = False  # a conv left its ReLU to the LRN or pool after it
     for i, p in enumerate(plan.layers):
       layer = p.layer
       with jax.named_scope(layer.name):
@@ -84,10 +84,11 @@ class Network(nn.Module):
           x = self._gather(x, axis=x.ndim - 1)
         x = self._read(x, p.read)
         if layer.kind == "conv":
-          # Before an LRN the ReLU goes into the LRN's kernels, whose backward then masks the gradient as it writes
-          # it: the conv's backward needs no pass of its own over its output for that (ops.lrn).
+          # Before an LRN or a pool the ReLU goes into that layer's kernels, whose backward then masks the gradient
+          # as it writes it: the conv's backward needs no pass of its own over its output for that (ops.lrn,
+          # ops.max_pool).
           following = plan.layers[i + 1].layer.kind if i + 1 < len(plan.layers) else None
-          relu_pending = layer.relu and following == "lrn"
+          relu_pending = layer.relu and following in ("lrn", "pool")
           x = self._conv(p, x, relu=layer.relu and not relu_pending)
         elif layer.kind == "fc" and layer.split == "sum":
           x = self._fc_sum(p, x)
@@ -98,7 +99,8 @@ class Network(nn.Module):
                       alpha_over_n=layer.alpha_over_n, groups=p.blocks, relu=relu_pending, backend=self.backend)
           relu_pending = False
         elif layer.kind == "pool":
-          x = ops.max_pool(x, size=layer.size, stride=layer.stride, backend=self.backend)
+          x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
+          relu_pending = False
         elif layer.kind == "dropout" and train:
           x = self._dropout(p, x)
       activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs

@@ -18,9 +18,10 @@ from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 from triton_kernels.launch import out_size
 
 
-def max_pool_reference(x, *, size=3, stride=2):
-  """XLA reference: reduce_window's max, and a gradient without select-and-scatter (_max_pool_xla_bwd)."""
-  return _max_pool_xla(x, size, stride)
+def max_pool_reference(x, *, size=3, stride=2, relu=False):
+  """XLA reference: reduce_window's max, and a gradient without select-and-scatter (_max_pool_xla_bwd). relu: of
+  ReLU(x)."""
+  return _max_pool_xla(jax.nn.relu(x) if relu else x, size, stride)
 
 
 def _offsets(size):
@@ -77,10 +78,10 @@ def _pooled(shape, size, stride):
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
-def _fwd_launch(x, *, size, stride, launch=()):
+def _fwd_launch(x, *, size, stride, relu=False, launch=()):
   """launch: (name, value) pairs overriding the kernel's launch rule (per_thread, num_warps), as
   scripts/tune_kernels.py times them; the network passes none."""
-  return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name, **dict(launch))
+  return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name, relu, **dict(launch))
 
 
 def _bwd_launch(dy, idx, *, size, stride, height, width, launch=()):
@@ -98,17 +99,17 @@ POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
-def _max_pool_kernel(x, size, stride, mode):
-  return POOL_FWD(x, mode=mode, size=size, stride=stride)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
+def _max_pool_kernel(x, size, stride, relu, mode):
+  return POOL_FWD(x, mode=mode, size=size, stride=stride, relu=relu)[0]
 
 
-def _max_pool_kernel_fwd(x, size, stride, mode):
-  y, idx = POOL_FWD(x, mode=mode, size=size, stride=stride)
+def _max_pool_kernel_fwd(x, size, stride, relu, mode):
+  y, idx = POOL_FWD(x, mode=mode, size=size, stride=stride, relu=relu)
   return y, (idx, x.shape[1], x.shape[2])
 
 
-def _max_pool_kernel_bwd(size, stride, mode, residuals, dy):
+def _max_pool_kernel_bwd(size, stride, relu, mode, residuals, dy):
   idx, height, width = residuals
   return tuple(POOL_BWD(dy, idx, mode=mode, size=size, stride=stride, height=height, width=width))
 
@@ -116,11 +117,12 @@ def _max_pool_kernel_bwd(size, stride, mode, residuals, dy):
 _max_pool_kernel.defvjp(_max_pool_kernel_fwd, _max_pool_kernel_bwd)
 
 
-def max_pool(x, *, size=3, stride=2, backend="auto"):
-  """x (C, H, W, N) → (C, (H−size)//stride+1, (W−size)//stride+1, N), no padding, as cuda-convnet."""
+def max_pool(x, *, size=3, stride=2, relu=False, backend="auto"):
+  """x (C, H, W, N) → (C, (H−size)//stride+1, (W−size)//stride+1, N), no padding, as cuda-convnet. relu: pool
+  ReLU(x), which the kernels do at no cost (the conv before the pool leaves its ReLU here: network/model.py)."""
   _, h, w, _ = x.shape
   if h < size or w < size:
     raise ValueError(f"max_pool: a {h}×{w} map is smaller than the {size}×{size} window; the input image is too "
                      "small for this network")
-  return dispatch(backend, functools.partial(max_pool_reference, size=size, stride=stride),
-                  lambda x, *, mode: _max_pool_kernel(x, size, stride, mode), x)
+  return dispatch(backend, functools.partial(max_pool_reference, size=size, stride=stride, relu=relu),
+                  lambda x, *, mode: _max_pool_kernel(x, size, stride, bool(relu), mode), x)
