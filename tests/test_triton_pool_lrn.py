@@ -211,53 +211,14 @@ def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype, relu):
   np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
 
 
-LRN_POOL_CASES = [  # shape, groups, size, pool_size, pool_stride, chunks
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,groups,size,pool_size,pool_stride,chunks", [
     ((12, 7, 7, 5), 2, 5, 3, 2, None),  # the paper's LRN and pool, two towers
     ((12, 7, 7, 5), 2, 5, 3, 2, 3),  # each group's channels in chunks, each reading its halo
     ((7, 9, 8, 33), 1, 4, 3, 2, None),  # even window, C prime, ragged batch, a column in no window
     ((6, 8, 9, 3), 2, 3, 2, 2, 2),  # windows that do not overlap; the last column in none
-]
-
-
-@pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape,groups,size,pool_size,pool_stride,chunks", LRN_POOL_CASES)
-def test_lrn_pool_forward_is_the_pool_of_the_lrn(shape, groups, size, pool_size, pool_stride, chunks, dtype, relu):
-  rng = np.random.default_rng(sum(shape) + size + 1)
-  k, alpha, beta = 2.0, 1e-4, 0.75
-  x = (rng.normal(size=shape) * 40).astype(dtype)
-  if relu:
-    x[:, :pool_size, :pool_size] = -1  # whole windows of ReLU zeros: they tie, and point at their corner
-  a = np.maximum(x.astype(np.float64), 0) if relu else x.astype(np.float64)
-  want_y, want_idx = pool_fwd_numpy(lrn_fwd_numpy(a, groups, size, k, alpha, beta)[0], pool_size, pool_stride)
-  out = pool.pooled_shape(shape, pool_size, pool_stride)
-  (y, ybuf), (idx, ibuf) = poisoned(out, dtype), poisoned(out, np.int8)
-  run(lrn.lrn_pool_fwd_launch(shape, groups, size, k, alpha, beta, dtype, relu, pool_size, pool_stride,
-                              chunks=chunks), x, y, idx)
-  untouched(ybuf)
-  untouched(ibuf)
-  tol = TOL[dtype]
-  np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
-  np.testing.assert_array_equal(idx, want_idx)
-  if relu:
-    assert (idx[:, 0, 0] == 0).all() and (y[:, 0, 0] == 0).all()
-
-
-def test_lrn_pool_forward_propagates_nan_to_exactly_its_windows():
-  x = (np.random.default_rng(3).normal(size=(6, 9, 9, 3)) * 40).astype(np.float32)
-  x[2, 4, 4, 1] = np.nan  # in the LRN windows of channels 0–4 (size 5), and in pool windows (1..2, 1..2)
-  out = pool.pooled_shape(x.shape, 3, 2)
-  (y, _), (idx, _) = poisoned(out, np.float32), poisoned(out, np.int8)
-  run(lrn.lrn_pool_fwd_launch(x.shape, 1, 5, 2.0, 1e-4, 0.75, "float32", False, 3, 2), x, y, idx)
-  expect = np.zeros(out, bool)
-  expect[0:5, 1:3, 1:3, 1] = True
-  np.testing.assert_array_equal(np.isnan(y), expect)
-  assert idx[0, 1, 1, 1] == (4 - 2) * 3 + (4 - 2) and idx[0, 2, 2, 1] == 0
-
-
-@pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape,groups,size,pool_size,pool_stride,chunks", LRN_POOL_CASES)
+])
 def test_lrn_pool_backward_is_the_lrn_backward_of_the_pool_backward(shape, groups, size, pool_size, pool_stride,
                                                                     chunks, dtype, relu):
   rng = np.random.default_rng(sum(shape) + size)

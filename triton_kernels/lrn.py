@@ -98,64 +98,6 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
 
 
 @triton.jit
-def _advance(xs, x_ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr, W: tl.constexpr,
-             N: tl.constexpr, SIZE: tl.constexpr, PSIZE: tl.constexpr):
-  """xs (each pool-window pixel's last SIZE channels, pixel k's at k·SIZE…) moved on by one channel: channel c read
-  at every pixel of the windows whose corners x_ptr points at."""
-  moved = ()
-  for k in tl.static_range(PSIZE * PSIZE):
-    for i in tl.static_range(1, SIZE):
-      moved = moved + (xs[k * SIZE + i],)
-    moved = moved + (_input(x_ptr + ((k // PSIZE) * W + k % PSIZE) * N, c, live, CG, P, RELU),)
-  return moved
-
-
-@triton.jit
-def _normalised(xs, k: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr):
-  """The LRN's output at pool-window pixel k, whose ring in xs holds its channel's window."""
-  total = xs[k * SIZE] * xs[k * SIZE]
-  for i in tl.static_range(1, SIZE):
-    total += xs[k * SIZE + i] * xs[k * SIZE + i]
-  return xs[k * SIZE + SIZE // 2] * tl.exp2(-BETA * tl.log2(K + ALPHA * total))
-
-
-@triton.jit
-def lrn_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                        SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
-                        RELU: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, W: tl.constexpr,
-                        N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, PSIZE: tl.constexpr,
-                        PSTRIDE: tl.constexpr):
-  """max_pool(lrn(x)) and the pool's offsets (pool.py's, its tie and NaN rules), the LRN's output never written: a
-  program owns BLOCK pooled positions and walks the channels as lrn_fwd_kernel does, with the last SIZE channels
-  of every pixel of its windows in registers; a pixel shared by overlapping windows is normalised by each."""
-  CG: tl.constexpr = C // GROUPS
-  BEFORE: tl.constexpr = SIZE // 2
-  AFTER: tl.constexpr = (SIZE - 1) // 2
-  Q: tl.constexpr = OH * OW * N
-  c0, ch, q = _chunk(BLOCK, CHUNKS, CG)
-  live = q < Q
-  corner = (q // (N * OW) * PSTRIDE * W + q // N % OW * PSTRIDE) * N + q % N
-  x_ptr += tl.program_id(1) * CG * P + corner
-  y_ptr += tl.program_id(1) * CG * Q + q
-  idx_ptr += tl.program_id(1) * CG * Q + q
-  zero = tl.zeros([BLOCK], tl.float32)
-  xs = (zero,) * (PSIZE * PSIZE * SIZE)
-  for i in tl.static_range(SIZE - 1):
-    xs = _advance(xs, x_ptr, c0 - BEFORE + i, live, CG, P, RELU, W, N, SIZE, PSIZE)
-  for c in range(c0, tl.minimum(c0 + ch, CG)):
-    xs = _advance(xs, x_ptr, c + AFTER, live, CG, P, RELU, W, N, SIZE, PSIZE)
-    best = _normalised(xs, 0, SIZE, K, ALPHA, BETA)
-    arg = tl.zeros([BLOCK], tl.int32)
-    for k in tl.static_range(1, PSIZE * PSIZE):
-      v = _normalised(xs, k, SIZE, K, ALPHA, BETA)
-      take = (v > best) | ((v != v) & (best == best))  # the first maximum; the first NaN, never replaced
-      best = tl.where(take, v, best)
-      arg = tl.where(take, k, arg)
-    tl.store(y_ptr + c * Q, best.to(y_ptr.dtype.element_ty), mask=live)
-    tl.store(idx_ptr + c * Q, arg.to(tl.int8), mask=live)
-
-
-@triton.jit
 def _shares(xs, dy, j, CG: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr,
             BETA: tl.constexpr):
   """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window and dy its gradient; both 0
@@ -264,9 +206,7 @@ def lrn_pool_bwd_kernel(x_ptr, dpool_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: t
            OH, OW, PSIZE, PSTRIDE)
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks, positions=None,
-            **pool):
-  """positions: what the grid's programs share out, BLOCK to each (default every position H·W·N of a channel)."""
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks, **pool):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -275,14 +215,12 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block
   if c * h * w * n >= 2**31:
     raise ValueError("lrn: offsets are int32; split the batch")
   p = h * w * n
-  positions = positions or p
   if chunks is None:
-    chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(positions, block) * groups))
+    chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
                     RELU=bool(relu), BLOCK=block, CHUNKS=chunks, **pool)
-  return Launch(kernel, grid=(triton.cdiv(positions, block) * chunks, groups), constexprs=constexprs,
-                num_warps=NUM_WARPS)
+  return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
@@ -306,30 +244,11 @@ def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, b
                         relu: bool, pool_size: int, pool_stride: int, block: int | None = None,
                         chunks: int | None = None) -> Launch:
   """lrn_pool_bwd_kernel(x, dpool, idx, dx): the backward of a max-pool (pool_size, pool_stride; its gradient and
-  int8 offsets, pool.py's) of the LRN of x, whose shape is (C, H, W, N); otherwise as lrn_bwd_launch, but for the
-  rule's positions per program."""
-  _, h, w, n = shape
-  oh, ow = _pooled(h, w, pool_size, pool_stride)
-  block = block or 2 * 32 * NUM_WARPS  # two positions per thread: the pool's gather doubles a position's registers
+  int8 offsets, pool.py's) of the LRN of x, whose shape is (C, H, W, N); otherwise as lrn_bwd_launch."""
+  c, h, w, n = shape
+  oh, ow = out_size(h, pool_size, pool_stride), out_size(w, pool_size, pool_stride)
+  if not (1 <= pool_size <= 11 and pool_stride >= 1 and oh >= 1 and ow >= 1):
+    raise ValueError(f"lrn_pool: pool size {pool_size}, stride {pool_stride} do not fit a {h}×{w} map")
+  block = block or 4 * 32 * NUM_WARPS
   return _launch(lrn_pool_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS,
                  chunks, W=w, N=n, OH=oh, OW=ow, PSIZE=pool_size, PSTRIDE=pool_stride)
-
-
-def lrn_pool_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                        relu: bool, pool_size: int, pool_stride: int, block: int | None = None,
-                        chunks: int | None = None) -> Launch:
-  """lrn_pool_fwd_kernel(x, y, idx): y (C, OH, OW, N) = max_pool(lrn(x)) in x's dtype and idx its int8 offsets, x of
-  shape (C, H, W, N). The rule: one pooled position per thread (each holds SIZE channels of every window pixel),
-  chunks until the grid has FWD_PROGRAMS."""
-  _, h, w, n = shape
-  oh, ow = _pooled(h, w, pool_size, pool_stride)
-  block = block or 32 * NUM_WARPS
-  return _launch(lrn_pool_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS,
-                 chunks, positions=oh * ow * n, W=w, N=n, OH=oh, OW=ow, PSIZE=pool_size, PSTRIDE=pool_stride)
-
-
-def _pooled(h: int, w: int, pool_size: int, pool_stride: int) -> tuple[int, int]:
-  oh, ow = out_size(h, pool_size, pool_stride), out_size(w, pool_size, pool_stride)
-  if not (1 <= pool_size <= 11 and pool_stride >= 1 and oh >= 1 and ow >= 1):  # offsets are int8: SIZE² ≤ 127
-    raise ValueError(f"lrn_pool: pool size {pool_size}, stride {pool_stride} do not fit a {h}×{w} map")
-  return oh, ow

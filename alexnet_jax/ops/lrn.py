@@ -18,7 +18,7 @@ from jax import lax
 
 from alexnet_jax.ops.backend import accumulator, dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
-from alexnet_jax.ops.pool import max_pool_reference, pooled_shape
+from alexnet_jax.ops.pool import POOL_FWD, max_pool_reference
 
 
 def _window_sum(v, n, groups):
@@ -60,11 +60,6 @@ def _bwd_launch(x, dy, *, groups, n, k, alpha, beta, relu, launch=()):
 
 LRN_FWD = KernelPrimitive("chwn_lrn_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,), outputs=lambda x, **p: [jax.ShapeDtypeStruct(x.shape, x.dtype)]))
-def _pool_fwd_launch(x, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
-  return triton_kernels().lrn.lrn_pool_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu, size,
-                                                  stride, **dict(launch))
-
-
 def _pool_bwd_launch(x, dpool, idx, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
   return triton_kernels().lrn.lrn_pool_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu, size,
                                                   stride, **dict(launch))
@@ -72,10 +67,6 @@ def _pool_bwd_launch(x, dpool, idx, *, groups, n, k, alpha, beta, relu, size, st
 
 LRN_BWD = KernelPrimitive("chwn_lrn_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1), outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
-LRN_POOL_FWD = KernelPrimitive("chwn_lrn_max_pool_fwd", KernelSpec(
-    launch=_pool_fwd_launch, batch_last=(0,),
-    outputs=lambda x, size, stride, **p: [jax.ShapeDtypeStruct(pooled_shape(x.shape, size, stride), x.dtype),
-                                          jax.ShapeDtypeStruct(pooled_shape(x.shape, size, stride), jnp.int8)]))
 LRN_POOL_BWD = KernelPrimitive("chwn_lrn_max_pool_bwd", KernelSpec(
     launch=_pool_bwd_launch, batch_last=(0, 1, 2),
     outputs=lambda x, dpool, idx, **p: [jax.ShapeDtypeStruct(x.shape, dpool.dtype)]))
@@ -116,7 +107,8 @@ def _lrn_pool_kernel(x, params, pool, mode):
 
 
 def _lrn_pool_kernel_fwd(x, params, pool, mode):
-  pooled, idx = LRN_POOL_FWD(x, mode=mode, **dict(params), **dict(pool))
+  (y,) = LRN_FWD(x, mode=mode, **dict(params))
+  pooled, idx = POOL_FWD(y, mode=mode, relu=False, **dict(pool))
   return pooled, (x, idx)
 
 
@@ -130,10 +122,9 @@ _lrn_pool_kernel.defvjp(_lrn_pool_kernel_fwd, _lrn_pool_kernel_bwd)
 
 def lrn_max_pool(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3, stride=2,
                  backend="auto"):
-  """max_pool(lrn(x, …), size=size, stride=stride), as the paper's first two layers end, in one kernel each way
-  (triton_kernels/lrn.py): the LRN's output, a full-size map where the pooled one is a quarter of it, is neither
-  written nor read: the forward pools it as it normalises, the backward routes the pool's gradient into the LRN's
-  as it needs it. Arguments as lrn's and max_pool's."""
+  """max_pool(lrn(x, …), size=size, stride=stride), as the paper's first two layers end: the same forward kernels,
+  and one backward kernel in which the pool's gradient reaches the LRN's backward without being written out as a
+  full-size map and read back (triton_kernels/lrn.py). Arguments as lrn's and max_pool's."""
   if x.shape[0] % groups:
     raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
   if min(x.shape[1:3]) < size:

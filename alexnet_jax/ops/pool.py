@@ -73,7 +73,7 @@ def _max_pool_xla_bwd(size, stride, residuals, dy):
 _max_pool_xla.defvjp(_max_pool_xla_fwd, _max_pool_xla_bwd)
 
 
-def pooled_shape(shape, size, stride):
+def _pooled(shape, size, stride):
   c, h, w, n = shape
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
@@ -91,8 +91,8 @@ def _bwd_launch(dy, idx, *, size, stride, height, width, launch=()):
 
 POOL_FWD = KernelPrimitive("chwn_max_pool_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,),
-    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(pooled_shape(x.shape, size, stride), x.dtype),
-                                          jax.ShapeDtypeStruct(pooled_shape(x.shape, size, stride), jnp.int8)]))
+    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
+                                          jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
 POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1),
     outputs=lambda dy, idx, size, stride, height, width, **_: [
