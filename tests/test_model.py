@@ -134,11 +134,6 @@ def test_conv_before_an_lrn_or_pool_leaves_its_relu_to_that_layers_kernels():
   norm = [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True), ("chwn_max_pool_fwd", False)]
   want = norm * 2 + [("chwn_conv_fwd", True)] * 2 + [("chwn_conv_fwd", False), ("chwn_max_pool_fwd", True)]
   assert calls == want, calls
-  # and each LRN's backward takes the pool's gradient as it is (ops.lrn_max_pool): one kernel for both
-  grad = jax.make_jaxpr(jax.grad(lambda p: net.apply(p, x).sum()))(params)
-  backward = [e.primitive.name for e in equations(grad.jaxpr) if e.primitive.name.endswith("_bwd")]
-  assert backward.count("chwn_lrn_max_pool_bwd") == 2 and "chwn_lrn_bwd" not in backward, backward
-  assert backward.count("chwn_max_pool_bwd") == 1, backward  # pool5's
   logits, state = jax.jit(lambda p: net.apply(p, x, mutable=["intermediates"]))(params)
   acts = state["intermediates"]["activations"][0]
   for name in ("conv1", "conv2", "conv5"):  # ReLU outputs, as the table says

@@ -211,36 +211,6 @@ def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype, relu):
   np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
 
 
-@pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape,groups,size,pool_size,pool_stride,chunks", [
-    ((12, 7, 7, 5), 2, 5, 3, 2, None),  # the paper's LRN and pool, two towers
-    ((12, 7, 7, 5), 2, 5, 3, 2, 3),  # each group's channels in chunks, each reading its halo
-    ((7, 9, 8, 33), 1, 4, 3, 2, None),  # even window, C prime, ragged batch, a column in no window
-    ((6, 8, 9, 3), 2, 3, 2, 2, 2),  # windows that do not overlap; the last column in none
-])
-def test_lrn_pool_backward_is_the_lrn_backward_of_the_pool_backward(shape, groups, size, pool_size, pool_stride,
-                                                                    chunks, dtype, relu):
-  rng = np.random.default_rng(sum(shape) + size)
-  k, alpha, beta = 2.0, 1e-4, 0.75
-  x = (rng.normal(size=shape) * 40).astype(dtype)
-  a = np.maximum(x.astype(np.float64), 0) if relu else x.astype(np.float64)
-  y, _ = lrn_fwd_numpy(a, groups, size, k, alpha, beta)
-  _, idx = pool_fwd_numpy(y, pool_size, pool_stride)
-  idx = idx.astype(np.int8)
-  dpool = rng.normal(size=idx.shape).astype(dtype)
-  dx, buf = poisoned(shape, dtype)
-  run(lrn.lrn_pool_bwd_launch(shape, groups, size, k, alpha, beta, dtype, relu, pool_size, pool_stride,
-                              chunks=chunks), x, dpool, idx, dx)
-  untouched(buf)
-  dy = pool_bwd_numpy(dpool.astype(np.float64), idx, shape, pool_size, pool_stride)
-  want = lrn_bwd_numpy(a, dy, groups, size, k, alpha, beta)
-  want = np.where(x > 0, want, 0) if relu else want
-  assert np.isfinite(dx).all()
-  tol = TOL[dtype]
-  np.testing.assert_allclose(dx, want, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want).max())
-
-
 def test_lrn_large_channels_leave_no_rounding_behind():
   """A float32 running sum would keep a huge square's rounding after it left, large beside the small ones left."""
   rng = np.random.default_rng(4)

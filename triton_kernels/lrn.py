@@ -2,8 +2,6 @@
 
   forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype
   backward: x, dy → dx (C, H, W, N) in dy's dtype
-  backward of max_pool(lrn(x)): x, dpool, idx (the pool's gradient and int8 offsets, pool.py's) → dx: the pool's
-    gradient routed to the LRN's output inside this backward (pool.py's gather), never written out and read back
   RELU: normalise ReLU(x) instead of x, and pass dx back through the ReLU: the conv before the LRN leaves its ReLU
   here, so that its backward needs no pass of its own to mask the gradient (it reads x and dy, writes the masked dy)
 
@@ -23,7 +21,7 @@ arithmetic is free beside it. Forward: 2 bytes per element moved each way for bf
 import triton
 import triton.language as tl
 
-from triton_kernels.launch import Launch, out_size
+from triton_kernels.launch import Launch
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
@@ -98,54 +96,20 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
 
 
 @triton.jit
-def _shares(xs, dy, j, CG: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr,
-            BETA: tl.constexpr):
-  """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window and dy its gradient; both 0
-  outside the group, whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
+def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr,
+            ALPHA: tl.constexpr, BETA: tl.constexpr):
+  """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window; both 0 outside the group,
+  whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
   s = _denominator(xs, K, ALPHA, SIZE)
-  g = dy * tl.exp2(-BETA * tl.log2(s))
+  g = _channel(dy_ptr, j, live, CG, P) * tl.exp2(-BETA * tl.log2(s))
   inside = (j >= 0) & (j < CG)
   return tl.where(inside, g, 0.0), tl.where(inside, g * xs[SIZE // 2] / s, 0.0)
 
 
 @triton.jit
-def _routed(dpool_ptr, idx_ptr, j, h, w, n, live, CG: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
-            N: tl.constexpr, PSIZE: tl.constexpr, PSTRIDE: tl.constexpr):
-  """The max-pool's gradient at channel j of positions (h, w, n): dpool summed over the windows that cover them and
-  chose them, as pool.py's backward kernel gathers it; 0 outside the group."""
-  acc = tl.zeros(h.shape, tl.float32)
-  inside = live & (j >= 0) & (j < CG)
-  REACH: tl.constexpr = (PSIZE + PSTRIDE - 1) // PSTRIDE
-  for a in tl.static_range(REACH):
-    oh = h // PSTRIDE - a
-    kh = h - oh * PSTRIDE
-    row = inside & (oh >= 0) & (oh < OH) & (kh < PSIZE)
-    for b in tl.static_range(REACH):
-      ow = w // PSTRIDE - b
-      kw = w - ow * PSTRIDE
-      ok = row & (ow >= 0) & (ow < OW) & (kw < PSIZE)
-      q = ((j * OH + oh) * OW + ow) * N + n
-      chose = tl.load(idx_ptr + q, mask=ok, other=-1).to(tl.int32) == kh * PSIZE + kw
-      acc += tl.where(chose, tl.load(dpool_ptr + q, mask=ok, other=0.0).to(tl.float32), 0.0)
-  return acc
-
-
-@triton.jit
-def _gradient(dy_ptr, idx_ptr, j, p, live, CG: tl.constexpr, P: tl.constexpr, POOL: tl.constexpr, W: tl.constexpr,
-              N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, PSIZE: tl.constexpr, PSTRIDE: tl.constexpr):
-  """The LRN's output gradient at channel j: read (dy), or with POOL routed from the pool after it (dy_ptr its
-  gradient, idx_ptr its offsets)."""
-  if POOL:
-    return _routed(dy_ptr, idx_ptr, j, p // (N * W), p // N % W, p % N, live, CG, OH, OW, N, PSIZE, PSTRIDE)
-  else:
-    return _channel(dy_ptr, j, live, CG, P)
-
-
-@triton.jit
-def _lrn_bwd(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-             SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-             BLOCK: tl.constexpr, CHUNKS: tl.constexpr, POOL: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
-             OH: tl.constexpr, OW: tl.constexpr, PSIZE: tl.constexpr, PSTRIDE: tl.constexpr):
+def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
+                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
@@ -156,12 +120,8 @@ def _lrn_bwd(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, G
   live = p < P
   group = tl.program_id(1) * CG * P + p
   x_ptr += group
+  dy_ptr += group
   dx_ptr += group
-  if POOL:  # the pool's arrays: this group's channels, the positions gathered by _routed
-    dy_ptr += tl.program_id(1) * CG * OH * OW * N
-    idx_ptr += tl.program_id(1) * CG * OH * OW * N
-  else:
-    dy_ptr += group
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
@@ -170,14 +130,12 @@ def _lrn_bwd(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, G
   for i in tl.static_range(2 * (SIZE - 1)):
     e = c0 - SIZE + 1 + i
     xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
-    dy = _gradient(dy_ptr, idx_ptr, e - AFTER, p, live, CG, P, POOL, W, N, OH, OW, PSIZE, PSTRIDE)
-    g, term = _shares(xs, dy, e - AFTER, CG, SIZE, K, ALPHA, BETA)
+    g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
-    dy = _gradient(dy_ptr, idx_ptr, c + BEFORE, p, live, CG, P, POOL, W, N, OH, OW, PSIZE, PSTRIDE)
-    g, term = _shares(xs, dy, c + BEFORE, CG, SIZE, K, ALPHA, BETA)
+    g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
     dx = gs[0] - 2.0 * ALPHA * BETA * xs[0] * _sum(terms, SIZE)
@@ -186,27 +144,7 @@ def _lrn_bwd(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, G
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-@triton.jit
-def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
-  _lrn_bwd(x_ptr, dy_ptr, dy_ptr, dx_ptr, C, P, GROUPS, SIZE, K, ALPHA, BETA, RELU, BLOCK, CHUNKS, False, 1, 1, 1, 1,
-           1, 1)
-
-
-@triton.jit
-def lrn_pool_bwd_kernel(x_ptr, dpool_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                        SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
-                        RELU: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, W: tl.constexpr,
-                        N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, PSIZE: tl.constexpr,
-                        PSTRIDE: tl.constexpr):
-  """The backward of max_pool(lrn(x)): the pool's gradient routed to the LRN's output inside the LRN's backward, so
-  that it is never written out and read back (a full-size map, where the pooled ones are a quarter of it)."""
-  _lrn_bwd(x_ptr, dpool_ptr, idx_ptr, dx_ptr, C, P, GROUPS, SIZE, K, ALPHA, BETA, RELU, BLOCK, CHUNKS, True, W, N,
-           OH, OW, PSIZE, PSTRIDE)
-
-
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks, **pool):
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -219,7 +157,7 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block
     chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
-                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks, **pool)
+                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks)
   return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
@@ -238,17 +176,3 @@ def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: 
   elements per thread (x, dy and the window's state of each in registers), chunks until the grid has BWD_PROGRAMS."""
   block = block or 4 * 32 * NUM_WARPS
   return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)
-
-
-def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                        relu: bool, pool_size: int, pool_stride: int, block: int | None = None,
-                        chunks: int | None = None) -> Launch:
-  """lrn_pool_bwd_kernel(x, dpool, idx, dx): the backward of a max-pool (pool_size, pool_stride; its gradient and
-  int8 offsets, pool.py's) of the LRN of x, whose shape is (C, H, W, N); otherwise as lrn_bwd_launch."""
-  c, h, w, n = shape
-  oh, ow = out_size(h, pool_size, pool_stride), out_size(w, pool_size, pool_stride)
-  if not (1 <= pool_size <= 11 and pool_stride >= 1 and oh >= 1 and ow >= 1):
-    raise ValueError(f"lrn_pool: pool size {pool_size}, stride {pool_stride} do not fit a {h}×{w} map")
-  block = block or 4 * 32 * NUM_WARPS
-  return _launch(lrn_pool_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS,
-                 chunks, W=w, N=n, OH=oh, OW=ow, PSIZE=pool_size, PSTRIDE=pool_stride)

@@ -22,7 +22,7 @@ import numpy as np
 
 from alexnet_jax import ops
 from alexnet_jax.measure.kernel_shapes import tower_convs, tower_maps
-from alexnet_jax.network.table import Layer, Table, alexnet
+from alexnet_jax.network.table import Table, alexnet
 
 BOUNDS = {"bfloat16": 2.0 ** -8, "tf32": 5e-3, "float32": 1e-3}
 PRECISIONS = {"bfloat16": ("bfloat16", "default"), "tf32": ("float32", "default"), "float32": ("float32", "highest")}
@@ -57,20 +57,7 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
     found.append(Case(name, op, (shape,)))
     # With the ReLU of the conv before it, as the model runs it; its mask reads the input itself, exact everywhere.
     found.append(Case(f"{name}+relu", functools.partial(op, relu=True), (shape,)))
-    after = _after(table, layer)
-    if after is not None and after.kind == "pool":  # and the pool after it, one backward kernel for both
-      fused = functools.partial(ops.lrn_max_pool, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
-                                alpha_over_n=layer.alpha_over_n, groups=1, relu=True, size=after.size,
-                                stride=after.stride)
-      found.append(Case(f"{name}+relu+{after.name}", fused, (shape,)))
   return found
-
-
-def _after(table: Table, layer: Layer) -> Layer | None:
-  """The layer after `layer` in the table, or None."""
-  names = [x.name for x in table.layers]
-  i = names.index(layer.name)
-  return table.layers[i + 1] if i + 1 < len(names) else None
 
 
 def rel(out, ref) -> float:

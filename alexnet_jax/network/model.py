@@ -77,9 +77,8 @@ class Network(nn.Module):
     activations = {}
     x = x.astype(self.dtype)
     relu_pending = False  # a conv left its ReLU to the LRN or pool after it
-    pooled = False  # an LRN ran the pool after it
     for i, p in enumerate(plan.layers):
-      layer, output = p.layer, None
+      layer = p.layer
       with jax.named_scope(layer.name):
         if p.gather_batch:  # 'data' layers end: every device needs its data shard's batch
           x = self._gather(x, axis=x.ndim - 1)
@@ -96,25 +95,15 @@ class Network(nn.Module):
         elif layer.kind == "fc":
           x = self._fc(p, x)
         elif layer.kind == "lrn":
-          lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
-                     groups=p.blocks, relu=relu_pending, backend=self.backend)
-          pool = _pool_after(plan, i)
-          if pool is None:
-            x = ops.lrn(x, **lrn)
-          else:  # the pool after it too, so that their backward is one kernel (ops.lrn_max_pool)
-            if self.is_mutable_collection("intermediates"):
-              output = ops.lrn(x, **lrn)
-            x, pooled = ops.lrn_max_pool(x, **lrn, size=pool.size, stride=pool.stride), True
+          x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
+                      alpha_over_n=layer.alpha_over_n, groups=p.blocks, relu=relu_pending, backend=self.backend)
           relu_pending = False
         elif layer.kind == "pool":
-          if not pooled:
-            x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
-          relu_pending = pooled = False
+          x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
+          relu_pending = False
         elif layer.kind == "dropout" and train:
           x = self._dropout(p, x)
-      if output is None:  # what the layer table says it outputs
-        output = jax.nn.relu(x) if relu_pending else x
-      activations[layer.name] = output
+      activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
     # The last layer split its outputs: every device needs all logits.
     x = self._read(x, placement.gather_reads(plan.layers[-1].output), to="invarying")
@@ -227,15 +216,6 @@ def float32_scatters():
     yield
   finally:
     _FLOAT32_SCATTERS.reset(token)
-
-
-def _pool_after(plan, i: int) -> Layer | None:
-  """The pool layer after layer i, where it reads layer i's output as it is (nothing gathered or cut between)."""
-  if i + 1 < len(plan.layers):
-    after = plan.layers[i + 1]
-    if after.layer.kind == "pool" and not after.read and not after.gather_batch:
-      return after.layer
-  return None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

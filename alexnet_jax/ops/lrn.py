@@ -18,7 +18,6 @@ from jax import lax
 
 from alexnet_jax.ops.backend import accumulator, dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
-from alexnet_jax.ops.pool import POOL_FWD, max_pool_reference
 
 
 def _window_sum(v, n, groups):
@@ -60,16 +59,8 @@ def _bwd_launch(x, dy, *, groups, n, k, alpha, beta, relu, launch=()):
 
 LRN_FWD = KernelPrimitive("chwn_lrn_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,), outputs=lambda x, **p: [jax.ShapeDtypeStruct(x.shape, x.dtype)]))
-def _pool_bwd_launch(x, dpool, idx, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
-  return triton_kernels().lrn.lrn_pool_bwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu, size,
-                                                  stride, **dict(launch))
-
-
 LRN_BWD = KernelPrimitive("chwn_lrn_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1), outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
-LRN_POOL_BWD = KernelPrimitive("chwn_lrn_max_pool_bwd", KernelSpec(
-    launch=_pool_bwd_launch, batch_last=(0, 1, 2),
-    outputs=lambda x, dpool, idx, **p: [jax.ShapeDtypeStruct(x.shape, dpool.dtype)]))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
@@ -99,43 +90,3 @@ def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, r
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
             ("beta", float(beta)), ("relu", bool(relu)))
   return dispatch(backend, reference, lambda x, *, mode: _lrn_kernel(x, params, mode), x)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
-def _lrn_pool_kernel(x, params, pool, mode):
-  return _lrn_pool_kernel_fwd(x, params, pool, mode)[0]
-
-
-def _lrn_pool_kernel_fwd(x, params, pool, mode):
-  (y,) = LRN_FWD(x, mode=mode, **dict(params))
-  pooled, idx = POOL_FWD(y, mode=mode, relu=False, **dict(pool))
-  return pooled, (x, idx)
-
-
-def _lrn_pool_kernel_bwd(params, pool, mode, residuals, dpool):
-  x, idx = residuals
-  return tuple(LRN_POOL_BWD(x, dpool, idx, mode=mode, **dict(params), **dict(pool)))
-
-
-_lrn_pool_kernel.defvjp(_lrn_pool_kernel_fwd, _lrn_pool_kernel_bwd)
-
-
-def lrn_max_pool(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3, stride=2,
-                 backend="auto"):
-  """max_pool(lrn(x, …), size=size, stride=stride), as the paper's first two layers end: the same forward kernels,
-  and one backward kernel in which the pool's gradient reaches the LRN's backward without being written out as a
-  full-size map and read back (triton_kernels/lrn.py). Arguments as lrn's and max_pool's."""
-  if x.shape[0] % groups:
-    raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
-  if min(x.shape[1:3]) < size:
-    raise ValueError(f"max_pool: a {x.shape[1]}×{x.shape[2]} map is smaller than the {size}×{size} window; the input "
-                     "image is too small for this network")
-  lrn_args = dict(k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n, groups=groups, relu=relu)
-
-  def reference(x):
-    return max_pool_reference(lrn_reference(x, **lrn_args), size=size, stride=stride)
-
-  params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
-            ("beta", float(beta)), ("relu", bool(relu)))
-  pool = (("size", size), ("stride", stride))
-  return dispatch(backend, reference, lambda x, *, mode: _lrn_pool_kernel(x, params, pool, mode), x)
