@@ -16,7 +16,7 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
-CACHES = ("none", "device", "host")  # where decoded training images are kept between epochs (data/cache.py)
+CACHES = ("none", "device", "sharded", "host")  # where decoded training images are kept between epochs (data/cache.py)
 GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
 SCHEDULES = ("steps", "cosine")
@@ -177,8 +177,10 @@ KEYS = {
                               "decodes beside the devices"),
     "dataset.gpu_backends": Key("all", Choice(GPU_BACKENDS), "with decoder 'gpu': nvImageCodec's backends"),
     "dataset.cache": Key("none", Choice(CACHES), "'device': each training image decoded once per run, kept in "
-                         "device memory and read there in later epochs; 'host': kept in the host's memory and "
-                         "copied with each batch; 'none': decoded every epoch"),
+                         "device memory and read there in later epochs; 'sharded': the same, the devices that split "
+                         "the batch's rows each holding a block of the images (as many times more in all), the "
+                         "batch's cached rows exchanged between them each step; 'host': kept in the host's memory "
+                         "and copied with each batch; 'none': decoded every epoch"),
     "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with a cache: the bytes it may take on each device, or "
                                "in each process with 'host' (0: what the step leaves free; 3/4 of the host's)"),
     "dataset.fast_decode": Key(False, BOOL, "libjpeg-turbo's fast DCT and upsampling (pixels off by ≤ 45)"),
@@ -241,7 +243,7 @@ def apply_process_settings(config: ml_collections.ConfigDict) -> None:
   validate_key(config, "cpu_devices")  # before JAX makes that many
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
-  if config.dataset.cache == "device" and not config.dataset.cache_bytes:
+  if config.dataset.cache in ("device", "sharded") and not config.dataset.cache_bytes:
     # The cache takes what JAX's memory pool leaves beside the step, and the pool is 75 % of a GPU by default.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(CACHE_MEMORY_FRACTION))
 

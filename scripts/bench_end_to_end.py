@@ -22,8 +22,9 @@ Rows, all in one process and one compiled step:
               feed's thread spent the time: waiting for host batches, putting them, waiting for the loop; where
               the devices decode, the decoder's too (nvdecode.DeviceDecoder.seconds, shares of the time).
   cache       for each fraction f in --cache, the first setting's host path with the device cache holding f of the
-              store (data/cache.py; 'host:f' the host cache): the first epoch (the host decodes every image, the
-              cache fills) and the epochs after it (the host decodes the 1 − f not cached), against the model
+              store (data/cache.py; 'sharded:f' split over the devices that split the batch's rows, 'host:f' the
+              host cache): the first epoch (the host decodes every image, the cache fills) and the epochs after
+              it (the host decodes the 1 − f not cached), against the model
               min(synthetic, host alone ÷ (1 − f)), and where the feed's thread spent the later epochs' time; and
               how many images of ImageNet's 1,281,167 the device cache would hold on this device beside the step
               (config.dataset.cache_bytes 0).
@@ -127,25 +128,29 @@ flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:
 flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
                     "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
 flags.DEFINE_float("decoder_seconds", 3.0, "how long each of a decoder row's three rates is measured")
-flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated; 'host:F' "
-                    "for the host cache ('' none)")
+flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated; "
+                    "'sharded:F' for the device cache split over the batch's row blocks, 'host:F' for the host cache "
+                    "('' none)")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
 
 
 def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int, steps: int, host: float,
                synthetic: float) -> list[dict]:
-  """The cache rows: per fraction ('F' on the devices, 'host:F' in the host's memory), the first epoch's images/s
-  and the later epochs', the model's."""
+  """The cache rows: per fraction ('F' on the devices, 'sharded:F' a block on each of the devices that split the
+  rows, 'host:F' in the host's memory), the first epoch's images/s and the later epochs', the model's."""
   batch, out = config.batch_size, []
   for text in fractions:
     where, _, number = text.rpartition(":")
-    if where not in ("", "host"):
-      raise ValueError(f"--cache {text!r}: a fraction F (the device cache) or host:F")
-    fraction, put = float(number), cache.HostCachedPut if where else cache.CachedPut
+    if where not in ("", "sharded", "host"):
+      raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F or host:F")
+    fraction = float(number)
     rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_rows.blocks, 0)
-    feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers),
-                put(setup.batch_rows, dataset.size, setup.image_size, rule))
+    if where == "host":
+      put = cache.HostCachedPut(setup.batch_rows, dataset.size, setup.image_size, rule)
+    else:
+      put = cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, rule, sharded=where == "sharded")
+    feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))

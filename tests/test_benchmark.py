@@ -121,9 +121,8 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   assert prepare.returncode == 0, prepare.stderr[-2000:]
   out = tmp_path / "end_to_end.json"
   run = script("bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
-               "--config.batch_size=4", "--steps=2",
-               "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all", "--decoder_seconds=0.5", "--cache=1,host:0.5",
-               f"--json={out}")
+               "--config.batch_size=4", "--steps=2", "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all",
+               "--decoder_seconds=0.5", "--cache=1,host:0.5,sharded:0.5", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["devices"] == 2 and result["batch"] == 4 and result["synthetic_images_per_s"] > 0
@@ -141,11 +140,13 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
     assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 2  # 2 steps: edges count
   assert "of synthetic" in run.stdout
   # The device cache holding the whole store, then the host's holding half: the epochs after the first read them.
-  full, half = result["cache"]
+  full, half, sharded = result["cache"]
   assert (full["cache"], full["fraction"], half["cache"], half["fraction"]) == ("device", 1.0, "host", 0.5)
+  assert (sharded["cache"], sharded["images"]) == ("sharded", round(0.5 * full["images"]))
   assert half["images"] == round(full["images"] / 2) > 0
   assert full["later_images_per_s"] > 0 and half["later_images_per_s"] > 0
-  assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half))
+  assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half, sharded))
+  assert sharded["later_images_per_s"] > 0
   assert half["model_images_per_s"] == pytest.approx(min(result["synthetic_images_per_s"],
                                                           2 * result["cache_host_images_per_s"]))
   assert "set config.dataset.cache_bytes" in result["imagenet_in_cache"]["error"]  # CPU devices: no memory figures

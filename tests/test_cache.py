@@ -3,6 +3,7 @@ are the decoded ones, image for image and label for label, from a fresh start an
 lie on every device or are split over them; the host decodes only what the cache does not hold; a run trains the
 same with either."""
 
+import functools
 import io
 
 import jax
@@ -54,7 +55,11 @@ MESHES = {"rows on both devices": (2, 1, ("data",)), "rows split over 'data'": (
           "rows split over 'model'": (2, 1, ("data", "model"))}
 
 
-@pytest.mark.parametrize("where", [cache.CachedPut, cache.HostCachedPut], ids=["device", "host"])
+PUTS = {"device": cache.CachedPut, "sharded": functools.partial(cache.CachedPut, sharded=True),
+        "host": cache.HostCachedPut}
+
+
+@pytest.mark.parametrize("where", PUTS.values(), ids=PUTS.keys())
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())
 @pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
 def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
@@ -78,6 +83,9 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
     assert skipped == (want_skipped if decoded.all() else int(5 in host["index"][decoded]))
     read_from_cache += int(held.sum())
   assert read_from_cache > 3 * BATCH
+  if where is PUTS["sharded"]:  # each device holds its row block's share of the slots, and only that
+    shares = {s.data.shape[0] for s in put.images.addressable_shards}
+    assert shares == {-(-SLOTS // rows.blocks)}, shares
   images = np.asarray(put.images)
   substitute = {5: 6}  # the unreadable example's rows hold the next one's image and label
   for i in range(SLOTS):
@@ -98,6 +106,13 @@ def test_rule_fills_from_the_start_through_the_first_whole_epoch():
   assert [cache.Rule(0, 2000, 512, 2, 0).padded(k) for k in (0, 1, 33, 256)] == [1, 32, 64, 256]
 
 
+def test_the_sharded_cache_holds_its_bytes_on_each_of_its_shards():
+  mesh = sharding.make_mesh(1, 2)
+  assert cache.slots(10 * cache.image_bytes(32), 320, 32, mesh, 0) == 10
+  assert cache.slots(10 * cache.image_bytes(32), 320, 32, mesh, 0, shards=2) == 20
+  assert cache.slots(200 * cache.image_bytes(32), 320, 32, mesh, 0, shards=2) == 320  # at most the split
+
+
 def test_the_host_cache_holds_what_its_bytes_or_the_host_s_memory_allow():
   assert cache.host_slots(10 * cache.image_bytes(32), 320, 32) == 10
   assert cache.host_slots(0, 320, 32) == 320  # 320 KB of images: far below 3/4 of any host's available memory
@@ -112,6 +127,17 @@ def test_a_run_trains_the_same_with_half_the_images_cached(tmp_path, capsys):
     cached = loop.train_and_evaluate(config, str(tmp_path / where))
     assert f"cache: 160 of 320 training images {said}" in capsys.readouterr().out
     assert cached == plain, where
+
+
+def test_a_run_trains_the_same_with_the_cache_sharded_over_the_data_axis(tmp_path, capsys):
+  config = tiny_config(num_epochs=2.0)
+  config.mesh.update(dict(model=1, data=2))  # the batch's rows split over two devices: a block of the cache on each
+  plain = loop.train_and_evaluate(config, str(tmp_path / "plain"))
+  quarter = 80 * cache.image_bytes(config.image_size)  # on each device: half the images over the two
+  config.dataset.update(dict(cache="sharded", cache_bytes=quarter))
+  sharded = loop.train_and_evaluate(config, str(tmp_path / "sharded"))
+  assert "cache: 160 of 320 training images over 2 devices' memory (a block on each)" in capsys.readouterr().out
+  assert sharded == plain
 
 
 def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():

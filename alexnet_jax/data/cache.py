@@ -19,7 +19,11 @@ A host batch under the cache (Dataset.cached_train_batch) carries, instead of 'i
   'label' (N,) int32: −1 for the cached rows.
 CachedPut places it and assembles the contract's batch on the devices, writing what was decoded into the cache.
 Every device holds the whole cache (the two towers of a pair read the same images); where a batch's rows are split
-over devices, a batch that writes gathers its decoded rows over those axes first, so all copies stay equal.
+over devices, a batch that writes gathers its decoded rows over those axes first, so all copies stay equal. Sharded
+(config.dataset.cache='sharded'), the devices that split the rows hold a block of the slots each, so that together
+they hold as many times more images as there are row blocks: each step every device gathers the batch's cached rows
+that lie in its block, and one reduce-scatter over those devices hands each its own rows (every row has one
+owner, the others add zeros) — the batch's cached bytes cross between the devices once.
 HostCachedPut assembles the contract's batch in the process's memory instead, which holds the whole cache, and places
 it as a decoded batch is placed: no decoding, but the batch's bytes still cross to the devices every step.
 """
@@ -100,13 +104,15 @@ class CachedPut(HostPut):
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
   written into the cache. Batches must come in order from rule.start: whether one writes follows the step."""
 
-  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule):
+  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule, sharded: bool = False):
     super().__init__(rows, size, image_size)
     self.rule, self.step = rule, rule.start
-    replicated = NamedSharding(rows.mesh, P())
-    self.images = jax.jit(lambda: jnp.zeros((rule.slots, size, size, 3), jnp.uint8), out_shardings=replicated)()
-    self.labels = jax.jit(lambda: jnp.zeros((rule.slots,), jnp.int32), out_shardings=replicated)()
-    self._assemble = {write: _assembly(rows, rule.slots, write) for write in (False, True)}
+    # sharded: block b of the row axes holds slots [b·held, (b+1)·held); the last block's tail is never written
+    held = -(-rule.slots // rows.blocks) * rows.blocks if sharded else rule.slots
+    where = NamedSharding(rows.mesh, P(rows.axes) if sharded else P())
+    self.images = jax.jit(lambda: jnp.zeros((held, size, size, 3), jnp.uint8), out_shardings=where)()
+    self.labels = jax.jit(lambda: jnp.zeros((held,), jnp.int32), out_shardings=where)()
+    self._assemble = {write: _assembly(rows, rule.slots, write, sharded) for write in (False, True)}
 
   def put(self, batch: dict):
     _decoded_per_block(batch, self.rule)
@@ -192,44 +198,61 @@ def _decoded_per_block(batch: dict, rule: Rule) -> int:
   return k
 
 
-def _assembly(rows: Rows, slots: int, write: bool):
+def _assembly(rows: Rows, slots: int, write: bool, sharded: bool = False):
   """The jitted (cache images, cache labels, decoded, places, indices, labels) → (cache images, cache labels, batch
-  images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache."""
+  images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache;
+  `sharded`: each row block's devices hold their block of the slots (CachedPut)."""
   axes = rows.axes
 
   def assemble(images, labels, decoded, places, indices, host_labels):
     hit = places < 0
     from_host = decoded[jnp.maximum(places, 0)]
+    first = lax.axis_index(axes) * len(images) if sharded else 0  # the slots here: [first, first + len(images))
+
+    def here(slot):  # where slot lies in this device's images, len(images) (out of range) if elsewhere
+      inside = (slot >= first) & (slot < first + len(images)) & (slot < slots)
+      return jnp.where(inside, slot - first, len(images))
+
     if write:  # first: a batch may read an image that an earlier row of it decoded (the fill's last epoch's)
-      into = jnp.where(~hit & (indices < slots), indices, slots)  # slots: out of range, dropped
-      # every device writes every row block's images: gathered over the row axes
+      into = jnp.where(~hit, indices, slots)
+      # every device writes every row block's images that it holds: gathered over the row axes
       written = [lax.all_gather(x, axes, tiled=True) for x in (into, from_host, host_labels)]
-      images = images.at[written[0]].set(written[1], mode="drop")
-      labels = labels.at[written[0]].set(written[2], mode="drop")
-    slot = jnp.where(hit, indices, 0)
-    batch_images = jnp.where(hit[:, None, None, None], images[slot], from_host)
-    return images, labels, batch_images, jnp.where(hit, labels[slot], host_labels)
+      images = images.at[here(written[0])].set(written[1], mode="drop")
+      labels = labels.at[here(written[0])].set(written[2], mode="drop")
+    if sharded:  # the whole batch's cached rows that lie here, then each device's rows summed from their owners
+      wanted = [lax.all_gather(x, axes, tiled=True) for x in (jnp.where(hit, indices, slots), hit)]
+      local = here(wanted[0])
+      mine = local < len(images)
+      local = jnp.where(mine, local, 0)
+      cached = [lax.psum_scatter(jnp.where(mine.reshape(-1, *(1,) * (x.ndim - 1)), x[local], 0), axes,
+                                 scatter_dimension=0, tiled=True) for x in (images, labels)]
+    else:
+      slot = jnp.where(hit, indices, 0)
+      cached = [images[slot], labels[slot]]
+    batch_images = jnp.where(hit[:, None, None, None], cached[0], from_host)
+    return images, labels, batch_images, jnp.where(hit, cached[1], host_labels)
 
-  # The cache's copies stay equal (every device writes the gathered rows), which JAX's check cannot see: all_gather's
-  # result counts as varying over the axes it gathered.
-  mapped = jax.shard_map(assemble, mesh=rows.mesh, in_specs=(P(), P(), P(axes), P(axes), P(axes), P(axes)),
-                         out_specs=(P(), P(), P(axes), P(axes)), check_vma=False)
-  replicated = NamedSharding(rows.mesh, P())  # and the batch placed exactly as HostPut places it
+  # Unsharded, the cache's copies stay equal (every device writes the gathered rows), which JAX's check cannot see:
+  # all_gather's result counts as varying over the axes it gathered.
+  held = P(axes) if sharded else P()
+  mapped = jax.shard_map(assemble, mesh=rows.mesh, in_specs=(held, held, P(axes), P(axes), P(axes), P(axes)),
+                         out_specs=(held, held, P(axes), P(axes)), check_vma=False)
+  cache_sharding = NamedSharding(rows.mesh, held)  # and the batch placed exactly as HostPut places it
   return jax.jit(mapped, donate_argnums=(0, 1),
-                 out_shardings=(replicated, replicated, rows.sharding(4), rows.sharding(1)))
+                 out_shardings=(cache_sharding, cache_sharding, rows.sharding(4), rows.sharding(1)))
 
 
-def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int) -> int:
-  """How many training images the cache holds on each device: `limit` bytes' worth (config.dataset.cache_bytes), or
-  (0) what the devices' memory leaves beside the step's `step_bytes` and MARGIN; at most num_train. The same on
-  every process."""
+def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int, shards: int = 1) -> int:
+  """How many training images the cache holds: `limit` bytes' worth on each device (config.dataset.cache_bytes), or
+  (0) what the devices' memory leaves beside the step's `step_bytes` and MARGIN, times the `shards` among which the
+  sharded cache is split; at most num_train. The same on every process."""
   if not limit:
     free = [_free_bytes(d) for d in mesh.devices.flat if d.process_index == jax.process_index()]
     if None in free:
       raise DataError(f"these {mesh.devices.flat[0].platform} devices do not report their memory: set "
                       "config.dataset.cache_bytes to the bytes the cache may take on each")
     limit = max(0, min(free) - step_bytes - MARGIN)
-  return _held(limit, num_train, size)
+  return _held(limit, num_train, size, shards)
 
 
 HOST_SHARE = 0.75  # of the host memory available when a run starts: the rest for the workers, batches and the step
@@ -244,10 +267,10 @@ def host_slots(limit: int, num_train: int, size: int) -> int:
   return _held(limit, num_train, size)
 
 
-def _held(limit: int, num_train: int, size: int) -> int:
-  """`limit` bytes' worth of images, at most num_train: the fewest any process can hold, so that all hold the
-  same."""
-  held = min(num_train, limit // image_bytes(size))
+def _held(limit: int, num_train: int, size: int, shards: int = 1) -> int:
+  """`limit` bytes' worth of images on each of `shards`, at most num_train: the fewest any process can hold, so
+  that all hold the same."""
+  held = min(num_train, limit // image_bytes(size) * shards)
   return int(np.min(multihost_utils.process_allgather(np.int64(held)))) if jax.process_count() > 1 else int(held)
 
 

@@ -45,8 +45,10 @@ def putter(config, setup: Setup, dataset, cached: cache.Rule | None = None):
   and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
   processes."""
   if cached is not None and cached.slots:
-    put = cache.HostCachedPut if config.dataset.cache == "host" else cache.CachedPut
-    return put(setup.batch_rows, dataset.size, setup.image_size, cached)
+    if config.dataset.cache == "host":
+      return cache.HostCachedPut(setup.batch_rows, dataset.size, setup.image_size, cached)
+    return cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, cached,
+                           sharded=config.dataset.cache == "sharded")
   if dataset.decoder != "gpu":
     return HostPut(setup.batch_rows, dataset.size, setup.image_size)
   return DevicePut(setup.batch_rows, dataset.size, setup.image_size, config.batch_size, dataset.train,
@@ -218,9 +220,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
 
 
 def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start: int) -> cache.Rule | None:
-  """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device' or 'host'), sized where
-  config.dataset.cache_bytes leaves it to the memory: the devices' beside the compiled step, or the host's; None
-  without a cache."""
+  """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device', 'sharded' or 'host'),
+  sized where config.dataset.cache_bytes leaves it to the memory: the devices' beside the compiled step, or the
+  host's; None without a cache."""
   if config.dataset.cache == "none":
     return None
   limit = config.dataset.cache_bytes
@@ -228,7 +230,9 @@ def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start
     slots, where = cache.host_slots(limit, dataset.num_train, dataset.size), "in this process's memory"
   else:
     need = 0 if limit else step_bytes(steps.step, setup, dataset, config.batch_size, state, key)
-    slots, where = cache.slots(limit, dataset.num_train, dataset.size, setup.mesh, need), "on each device"
+    shards = setup.batch_rows.blocks if config.dataset.cache == "sharded" else 1
+    slots = cache.slots(limit, dataset.num_train, dataset.size, setup.mesh, need, shards)
+    where = "on each device" if shards == 1 else f"over {shards} devices' memory (a block on each)"
   rule = cache.Rule(slots, dataset.num_train, config.batch_size, setup.batch_rows.blocks, start)
   print(f"cache: {slots:,} of {dataset.num_train:,} training images {where} "
         f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
