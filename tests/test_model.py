@@ -139,7 +139,12 @@ def test_conv_before_an_lrn_or_pool_leaves_its_relu_to_that_layers_kernels():
   for name in ("conv1", "conv2", "conv5"):  # ReLU outputs, as the table says
     assert float(acts[name].min()) == 0.0, name
   reference = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="xla")
-  np.testing.assert_allclose(logits, jax.jit(reference.apply)(params, x), rtol=1e-4, atol=1e-4)
+  want, want_state = jax.jit(lambda p: reference.apply(p, x, mutable=["intermediates"]))(params)
+  np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4)
+  want_acts = want_state["intermediates"]["activations"][0]
+  assert acts.keys() == want_acts.keys()
+  for name in acts:  # every layer's output, the pools' that now apply the ReLU included
+    np.testing.assert_allclose(acts[name], want_acts[name], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
 def test_bad_tables_and_names_are_refused():
