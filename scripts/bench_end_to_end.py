@@ -146,10 +146,7 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
       raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F or host:F")
     fraction = float(number)
     rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_rows.blocks, 0)
-    if where == "host":
-      put = cache.HostCachedPut(setup.batch_rows, dataset.size, setup.image_size, rule)
-    else:
-      put = cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, rule, sharded=where == "sharded")
+    put = cache.cached_put(where or "device", setup.batch_rows, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
     for _ in range(warm):

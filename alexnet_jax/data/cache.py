@@ -107,7 +107,7 @@ class CachedPut(HostPut):
   def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule, sharded: bool = False):
     super().__init__(rows, size, image_size)
     self.rule, self.step = rule, rule.start
-    # sharded: block b of the row axes holds slots [b·held, (b+1)·held); the last block's tail is never written
+    # sharded: row block b holds slots [b·k, (b+1)·k), k = held / blocks; the last block's tail is never written
     held = -(-rule.slots // rows.blocks) * rows.blocks if sharded else rule.slots
     where = NamedSharding(rows.mesh, P(rows.axes) if sharded else P())
     self.images = jax.jit(lambda: jnp.zeros((held, size, size, 3), jnp.uint8), out_shardings=where)()
@@ -186,6 +186,13 @@ class HostCachedPut(HostPut):
 
   def close(self) -> None:
     self._threads.shutdown()
+
+
+def cached_put(kind: str, rows: Rows, size: int, image_size: int, rule: Rule) -> HostPut:
+  """The put of config.dataset.cache `kind`: 'device', 'sharded' or 'host'."""
+  if kind == "host":
+    return HostCachedPut(rows, size, image_size, rule)
+  return CachedPut(rows, size, image_size, rule, sharded=kind == "sharded")
 
 
 def _decoded_per_block(batch: dict, rule: Rule) -> int:

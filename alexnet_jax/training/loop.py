@@ -45,10 +45,7 @@ def putter(config, setup: Setup, dataset, cached: cache.Rule | None = None):
   and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
   processes."""
   if cached is not None and cached.slots:
-    if config.dataset.cache == "host":
-      return cache.HostCachedPut(setup.batch_rows, dataset.size, setup.image_size, cached)
-    return cache.CachedPut(setup.batch_rows, dataset.size, setup.image_size, cached,
-                           sharded=config.dataset.cache == "sharded")
+    return cache.cached_put(config.dataset.cache, setup.batch_rows, dataset.size, setup.image_size, cached)
   if dataset.decoder != "gpu":
     return HostPut(setup.batch_rows, dataset.size, setup.image_size)
   return DevicePut(setup.batch_rows, dataset.size, setup.image_size, config.batch_size, dataset.train,
