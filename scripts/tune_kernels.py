@@ -90,14 +90,13 @@ def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[s
 
 def map_candidates(kernel: str, group_channels: int):
   """Launches worth timing, the rule first (no overrides), as (name, value) pairs of the launch function's keywords:
-  LRN 256–2048 positions per program × 1–6 chunks of each group's channels; pool 1–8 elements per thread × 4 or 8
-  warps × tiles of 32–1024 images by 16–1 columns (1,024 images: a whole batch up to 1,024 a tile, as one pixel)."""
+  LRN 256–2048 positions per program × 1–6 chunks of each group's channels; pool 1–16 elements per thread × 2, 4 or
+  8 warps."""
   if kernel.startswith("lrn"):
     grid = [(("block", b), ("chunks", c)) for b in (256, 512, 1024, 2048) for c in (1, 2, 3, 4, 6)
             if c <= group_channels]
   else:
-    grid = [(("per_thread", p), ("num_warps", w), ("images", i), ("cols", c)) for p in (1, 2, 4, 8) for w in (4, 8)
-            for i, c in ((1024, 1), (128, 4), (64, 8), (32, 16), (256, 2))]
+    grid = [(("per_thread", p), ("num_warps", w)) for p in (1, 2, 4, 8, 16) for w in (2, 4, 8)]
   return [(), *grid]
 
 

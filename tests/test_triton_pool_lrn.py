@@ -62,18 +62,18 @@ def pool_bwd_numpy(dy, idx, shape, size, stride):
   return dx
 
 
-def run_pool(x, size, stride, **launch):
+def run_pool(x, size, stride):
   shape = pool.pooled_shape(x.shape, size, stride)
   (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
-  run(pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name, **launch), x, y, idx)
+  run(pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name), x, y, idx)
   untouched(ybuf)
   untouched(ibuf)
   return y, idx
 
 
-def run_pool_bwd(dy, idx, shape, size, stride, **launch):
+def run_pool_bwd(dy, idx, shape, size, stride):
   dx, buf = poisoned(shape, dy.dtype)
-  run(pool.max_pool_bwd_launch(shape, size, stride, dy.dtype.name, **launch), dy, idx, dx)
+  run(pool.max_pool_bwd_launch(shape, size, stride, dy.dtype.name), dy, idx, dx)
   untouched(buf)
   return dx
 
@@ -96,26 +96,6 @@ def test_max_pool_matches_numpy(shape, size, stride, dtype):
   dx = run_pool_bwd(dy, idx, shape, size, stride)
   assert np.isfinite(dx).all()
   np.testing.assert_allclose(dx, pool_bwd_numpy(dy.astype(np.float64), want_idx, shape, size, stride), **TOL[dtype])
-
-
-@pytest.mark.parametrize("per_thread,num_warps,images,cols", [
-    (1, 1, 8, 4),  # tiles of 4 rows × 4 columns × 8 images: the batch of 12 ragged in its second tile
-    (2, 2, 4, 2),  # 16 rows: taller than the 6-row output, its tile clipped to the next power of two
-    (4, 1, 128, 1),  # the whole batch and more: one column a tile
-    (1, 4, 1, 128),  # an image a tile, the whole width
-])
-def test_max_pool_tiles_cover_every_element_once(per_thread, num_warps, images, cols):
-  """Whatever the tile of a program (images × columns × rows), every output and every dx element is written, by
-  one lane, with the value of the numpy reference."""
-  x = np.maximum(np.random.default_rng(7).normal(size=(3, 13, 11, 12)), 0).astype(np.float32)
-  launch = dict(per_thread=per_thread, num_warps=num_warps, images=images, cols=cols)
-  y, idx = run_pool(x, 3, 2, **launch)
-  want_y, want_idx = pool_fwd_numpy(x.astype(np.float64), 3, 2)
-  np.testing.assert_array_equal(y, want_y.astype(np.float32))
-  np.testing.assert_array_equal(idx, want_idx)
-  dy = np.random.default_rng(8).normal(size=y.shape).astype(np.float32)
-  dx = run_pool_bwd(dy, idx, x.shape, 3, 2, **launch)
-  np.testing.assert_allclose(dx, pool_bwd_numpy(dy.astype(np.float64), want_idx, x.shape, 3, 2), **TOL["float32"])
 
 
 def test_max_pool_ties_go_to_the_first_maximum():

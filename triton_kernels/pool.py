@@ -19,39 +19,20 @@ import triton.language as tl
 from triton_kernels.launch import Launch, out_size
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-# A program's tile: this many images (at most; the whole batch where smaller) of this many neighbouring columns, and
-# as many rows as the block leaves.
-IMAGES_PER_TILE, COLS_PER_TILE = 128, 4
-
-
-@triton.jit
-def _tile(H: tl.constexpr, W: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, IMAGES: tl.constexpr,
-          COLS: tl.constexpr):
-  """(c, h, w, n, live) of this program's lanes: a tile of BLOCK // (IMAGES·COLS) rows × COLS columns × IMAGES images
-  of one channel's (H, W, N) map, images fastest, so that neighbouring lanes are neighbouring images at one pixel
-  (loads coalesce, and with N a compile-time constant Triton proves the runs contiguous and vectorises them)."""
-  ROWS: tl.constexpr = BLOCK // (IMAGES * COLS)
-  NB: tl.constexpr = (N + IMAGES - 1) // IMAGES
-  CB: tl.constexpr = (W + COLS - 1) // COLS
-  RB: tl.constexpr = (H + ROWS - 1) // ROWS
-  pid = tl.program_id(0)
-  lane = tl.arange(0, BLOCK)
-  n = pid % NB * IMAGES + lane % IMAGES
-  w = pid // NB % CB * COLS + lane // IMAGES % COLS
-  h = pid // (NB * CB) % RB * ROWS + lane // (IMAGES * COLS)
-  live = (w < W) & (h < H)
-  if N % IMAGES:  # only a ragged batch needs the images' mask, which would split the vectors
-    live &= n < N
-  return pid // (NB * CB * RB), h, w, n, live
 
 
 @triton.jit
 def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
                         OH: tl.constexpr, OW: tl.constexpr, SIZE: tl.constexpr, STRIDE: tl.constexpr,
-                        RELU: tl.constexpr, BLOCK: tl.constexpr, IMAGES: tl.constexpr, COLS: tl.constexpr):
-  # A program's outputs are a tile of neighbouring pixels: the inputs their windows share (each input lies in 2.25
-  # windows of AlexNet's 3×3/2 pools on average) are read from the SM's L1 by the lanes after the first, not from L2.
-  c, oh, ow, n, live = _tile(OH, OW, N, BLOCK, IMAGES, COLS)
+                        RELU: tl.constexpr, BLOCK: tl.constexpr):
+  # A block is consecutive flat outputs, so neighbouring lanes are neighbouring images at one pixel: loads coalesce,
+  # and with N a compile-time constant Triton can prove the runs contiguous and vectorise them.
+  o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  live = o < C * OH * OW * N
+  n = o % N
+  ow = o // N % OW
+  oh = o // (N * OW) % OH
+  c = o // (N * OW * OH)
   corner = ((c * H + oh * STRIDE) * W + ow * STRIDE) * N + n
   best = tl.load(x_ptr + corner, mask=live, other=0.0).to(tl.float32)
   arg = tl.zeros([BLOCK], tl.int32)
@@ -66,7 +47,6 @@ def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr,
   if RELU:  # a NaN stays NaN, as XLA's ReLU keeps it, and sends back no gradient, as XLA's ReLU (NaN > 0 is false)
     arg = tl.where(best > 0, arg, -1)
     best = tl.where((best > 0) | (best != best), best, 0.0)
-  o = ((c * OH + oh) * OW + ow) * N + n
   tl.store(y_ptr + o, best.to(y_ptr.dtype.element_ty), mask=live)
   tl.store(idx_ptr + o, arg.to(tl.int8), mask=live)
 
@@ -74,10 +54,13 @@ def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr,
 @triton.jit
 def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
                         OH: tl.constexpr, OW: tl.constexpr, SIZE: tl.constexpr, STRIDE: tl.constexpr,
-                        BLOCK: tl.constexpr, IMAGES: tl.constexpr, COLS: tl.constexpr):
-  # A program's dx elements are a tile of neighbouring pixels, which gather from the same windows: the windows' dy
-  # and idx come from the SM's L1 after the first lane that reads them.
-  c, h, w, n, live = _tile(H, W, N, BLOCK, IMAGES, COLS)
+                        BLOCK: tl.constexpr):
+  i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+  live = i < C * H * W * N
+  n = i % N
+  w = i // N % W
+  h = i // (N * W) % H
+  c = i // (N * W * H)
   acc = tl.zeros([BLOCK], tl.float32)
   # Row h lies in the windows starting at rows h//STRIDE − a, a < ceil(SIZE/STRIDE), where it sits at kh < SIZE.
   REACH: tl.constexpr = (SIZE + STRIDE - 1) // STRIDE
@@ -93,7 +76,7 @@ def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexp
       chose = tl.load(idx_ptr + j, mask=ok, other=-1).to(tl.int32) == kh * SIZE + kw
       # Masking the load by `ok` alone keeps the mask uniform along N, so the load still vectorises.
       acc += tl.where(chose, tl.load(dy_ptr + j, mask=ok, other=0.0).to(tl.float32), 0.0)
-  tl.store(dx_ptr + ((c * H + h) * W + w) * N + n, acc.to(dx_ptr.dtype.element_ty), mask=live)
+  tl.store(dx_ptr + i, acc.to(dx_ptr.dtype.element_ty), mask=live)
 
 
 def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
@@ -101,45 +84,35 @@ def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
   return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
-def _launch(kernel, shape, size, stride, dtype_name, tiled, per_thread, num_warps, images, cols, **constexprs):
-  """tiled: the (H, W) of the map whose elements the lanes are, the output's or the input's."""
+def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_warps, **constexprs):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
   if not (1 <= size <= 11 and stride >= 1 and size <= min(h, w)):  # idx is int8: SIZE² ≤ 127
     raise ValueError(f"max_pool: size {size}, stride {stride} do not fit a {h}×{w} map")
-  if c * h * w * n >= 2**31:
+  if elements >= 2**31:
     raise ValueError("max_pool: flat indices are int32; split the batch")
   _, oh, ow, _ = pooled_shape(shape, size, stride)
-  th, tw = tiled
-  # The tile: the images first (up to the whole batch), then columns, then rows, each a power of two no larger than
-  # the map needs, so that a small layer gets a smaller block.
-  block = per_thread * 32 * num_warps
-  images = min(images or block, triton.next_power_of_2(n), block)
-  cols = min(cols or block, triton.next_power_of_2(tw), block // images)
-  rows = min(block // (images * cols), triton.next_power_of_2(th))
-  programs = c * triton.cdiv(th, rows) * triton.cdiv(tw, cols) * triton.cdiv(n, images)
-  constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=images * cols * rows,
-                    IMAGES=images, COLS=cols, **constexprs)
-  return Launch(kernel, grid=(programs,), constexprs=constexprs, num_warps=num_warps, num_stages=1)
+  # A small layer gets a smaller (power of two) block.
+  block = min(per_thread * 32 * num_warps, max(32 * num_warps, triton.next_power_of_2(elements)))
+  constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block, **constexprs)
+  return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
 
 def max_pool_fwd_launch(shape, size: int, stride: int, dtype_name: str, relu: bool = False,
-                        per_thread: int | None = None, num_warps: int | None = None, images: int | None = None,
-                        cols: int | None = None) -> Launch:
+                        per_thread: int | None = None, num_warps: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); one lane per element of y; relu: pool ReLU(x). The rule: two outputs per thread and
-  8 warps (each output reads SIZE² inputs, so small blocks of many warps keep the most loads in flight), over
-  IMAGES_PER_TILE images × COLS_PER_TILE columns; per_thread, num_warps, images and cols override it."""
-  _, oh, ow, _ = pooled_shape(shape, size, stride)
-  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, (oh, ow), per_thread or 2, num_warps or 8,
-                 images or IMAGES_PER_TILE, cols or COLS_PER_TILE, RELU=bool(relu))
+  8 warps (each output reads SIZE² inputs, so small blocks of many warps keep the most loads in flight); per_thread
+  and num_warps override it."""
+  c, oh, ow, n = pooled_shape(shape, size, stride)
+  return _launch(max_pool_fwd_kernel, shape, size, stride, dtype_name, c * oh * ow * n, per_thread or 2, num_warps or 8,
+                 RELU=bool(relu))
 
 
 def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str, per_thread: int | None = None,
-                        num_warps: int | None = None, images: int | None = None, cols: int | None = None) -> Launch:
+                        num_warps: int | None = None) -> Launch:
   """shape is x's (C, H, W, N), which dx has; one lane per element of dx. The rule: one 16-byte vector of dx per
-  thread, 4 warps, over IMAGES_PER_TILE images × COLS_PER_TILE columns."""
-  _, h, w, _ = shape
-  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, (h, w),
-                 per_thread or 16 // ITEMSIZE.get(dtype_name, 4), num_warps or 4, images or IMAGES_PER_TILE,
-                 cols or COLS_PER_TILE)
+  thread, 4 warps."""
+  c, h, w, n = shape
+  return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n,
+                 per_thread or 16 // ITEMSIZE.get(dtype_name, 4), num_warps or 4)
