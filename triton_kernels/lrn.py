@@ -18,8 +18,11 @@ the GPU idle in its last wave. The backward recomputes s from x instead of readi
 arithmetic is free beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
 """
 
+import os
+
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from triton_kernels.launch import Launch
 
@@ -57,6 +60,17 @@ def _denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
 
 
 @triton.jit
+def _power(s, EXPONENT: tl.constexpr, FAST_LOG2: tl.constexpr):
+  """s^EXPONENT for s > 0, as exp2(EXPONENT · log2 s). FAST_LOG2: the GPU's own log2 (one lg2.approx instruction,
+  2^-22 relative error), where libdevice's correctly rounded log2f, which tl.log2 compiles to, takes some twenty
+  instructions and a branch for every element: half of the backward kernel's instructions. The interpreter has no
+  libdevice."""
+  if FAST_LOG2:
+    return tl.exp2(EXPONENT * libdevice.fast_log2f(s))
+  return tl.exp2(EXPONENT * tl.log2(s))
+
+
+@triton.jit
 def _sum(ring, SIZE: tl.constexpr):
   total = ring[0]
   for i in tl.static_range(1, SIZE):
@@ -76,7 +90,7 @@ def _chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
 @triton.jit
 def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
                    K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr,
-                   CHUNKS: tl.constexpr):
+                   CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
@@ -92,16 +106,16 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
   for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (_input(x_ptr, c + AFTER, live, CG, P, RELU),)
     s = _denominator(xs, K, ALPHA, SIZE)
-    tl.store(y_ptr + c * P, (xs[BEFORE] * tl.exp2(-BETA * tl.log2(s))).to(y_ptr.dtype.element_ty), mask=live)
+    tl.store(y_ptr + c * P, (xs[BEFORE] * _power(s, -BETA, FAST_LOG2)).to(y_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
 def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr,
-            ALPHA: tl.constexpr, BETA: tl.constexpr):
+            ALPHA: tl.constexpr, BETA: tl.constexpr, FAST_LOG2: tl.constexpr):
   """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window; both 0 outside the group,
   whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
   s = _denominator(xs, K, ALPHA, SIZE)
-  g = _channel(dy_ptr, j, live, CG, P) * tl.exp2(-BETA * tl.log2(s))
+  g = _channel(dy_ptr, j, live, CG, P) * _power(s, -BETA, FAST_LOG2)
   inside = (j >= 0) & (j < CG)
   return tl.where(inside, g, 0.0), tl.where(inside, g * xs[SIZE // 2] / s, 0.0)
 
@@ -109,7 +123,7 @@ def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.con
 @triton.jit
 def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                    SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
@@ -130,12 +144,12 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
   for i in tl.static_range(2 * (SIZE - 1)):
     e = c0 - SIZE + 1 + i
     xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
-    g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA)
+    g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
-    g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA)
+    g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
     dx = gs[0] - 2.0 * ALPHA * BETA * xs[0] * _sum(terms, SIZE)
@@ -157,7 +171,8 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block
     chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
-                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks)
+                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks,
+                    FAST_LOG2=os.environ.get("TRITON_INTERPRET") != "1")
   return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
