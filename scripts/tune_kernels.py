@@ -151,14 +151,13 @@ def _map_function(kernel, layer, shape, groups, dtype, mode, options):
   kx, kd = jax.random.split(jax.random.key(0))
   x = (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
   size = x.size * x.dtype.itemsize
-  if kernel.startswith("lrn"):  # with the bias and ReLU of the conv before it, as AlexNet's LRNs run
+  if kernel.startswith("lrn"):  # with the ReLU of the conv before it, as AlexNet's LRNs run
     params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
-                  bias=True, launch=options)
-    b = jax.random.normal(kd, shape[:1], jnp.float32)
+                  launch=options)
     if kernel == "lrn_fwd":
-      return jax.jit(lambda x, b: LRN_FWD(x, b, **params)[0]), (x, b), 2 * size
+      return jax.jit(lambda x: LRN_FWD(x, **params)[0]), (x,), 2 * size
     dy = jax.random.normal(kd, shape, dtype)
-    return jax.jit(lambda x, b, dy: LRN_BWD(x, b, dy, **params)[0]), (x, b, dy), 3 * size
+    return jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]), (x, dy), 3 * size
   params = dict(mode=mode, size=layer.size, stride=layer.stride, launch=options)
   pooled = pool.pooled_shape(shape, layer.size, layer.stride)
   moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices

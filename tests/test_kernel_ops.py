@@ -27,12 +27,10 @@ OPS = {
                      (rand(3, 19, 19, 3), rand(3, 11, 11, 4, scale=0.1))),
     "max_pool": (lambda be: lambda x: ops.max_pool(x, backend=be), (jnp.maximum(rand(5, 13, 11, 33), 0),)),
     "lrn": (lambda be: lambda x: ops.lrn(x, groups=2, backend=be), (rand(8, 5, 5, 3, scale=40),)),
-    # the conv's bias and ReLU moved into the LRN after it (network/model.py does so for conv1 and conv2)
-    "conv_lrn_relu": (lambda be: lambda x, w, b: ops.lrn(ops.conv2d(x, w, padding=2, groups=2, backend=be), b,
+    # the conv's ReLU moved into the LRN after it (network/model.py does so for conv1 and conv2)
+    "conv_lrn_relu": (lambda be: lambda x, w, b: ops.lrn(ops.conv2d(x, w, b, padding=2, groups=2, backend=be),
                                                          groups=2, relu=True, backend=be),
                       (rand(6, 9, 9, 3), rand(3, 5, 5, 8, scale=0.2), rand(8))),
-    "lrn_bias": (lambda be: lambda x, b: ops.lrn(x, b, groups=2, backend=be),
-                 (rand(8, 5, 5, 33, scale=40), rand(8, scale=30))),
     # and into the pool after it (model.py: conv5, and VGG's last conv of each block)
     "conv_pool_relu": (lambda be: lambda x, w, b: ops.max_pool(ops.conv2d(x, w, b, padding=1, groups=2, backend=be),
                                                                relu=True, backend=be),
@@ -59,7 +57,7 @@ def test_primitive_matches_xla_forward_and_gradient(name):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(jnp.abs(w).max()))
 
 
-@pytest.mark.parametrize("name", ["conv_grouped_relu", "max_pool", "lrn", "lrn_bias"])
+@pytest.mark.parametrize("name", ["conv_grouped_relu", "max_pool", "lrn"])
 def test_vmap_folds_into_the_image_axis(name):
   make, args = OPS[name]
   stacked = jnp.stack([args[0], 2 * args[0]])
@@ -67,16 +65,6 @@ def test_vmap_folds_into_the_image_axis(name):
     got = jax.vmap(lambda x: make("interpret")(x, *args[1:]))(stacked)
     want = jnp.stack([make("xla")(x, *args[1:]) for x in stacked])
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-
-
-def test_vmap_keeps_each_bias_gradient_to_its_own_images():
-  # The LRN's bias gradient sums over the images: per-example gradients must not fold the vmapped axis into them.
-  make, (x, b) = OPS["lrn_bias"]
-  per_example = lambda be: jax.vmap(jax.grad(functools.partial(loss, make(be)), (0, 1)), (3, None))  # noqa: E731
-  got, want = per_example("interpret")(x[..., None], b), per_example("xla")(x[..., None], b)
-  assert got[1].shape == (33, 8)
-  for g, w in zip(got, want):
-    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(jnp.abs(w).max()))
 
 
 def test_vmap_over_filters_maps():
@@ -92,20 +80,20 @@ def test_primitives_inside_shard_map_with_check_vma():
   # Images split over two devices by their image axis N, the weights replicated: the gradient of the replicated
   # weights is summed over the devices by the transpose of the widening the ops insert.
   mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-  x, w, b = rand(4, 9, 9, 6), rand(4, 3, 3, 4, scale=0.3), rand(4)
+  x, w = rand(4, 9, 9, 6), rand(4, 3, 3, 4, scale=0.3)
 
   def net(backend):
-    def local(x, w, b):
+    def local(x, w):
       y = ops.conv2d(x, w, padding=1, relu=True, backend=backend)
-      y = ops.lrn(ops.max_pool(y, backend=backend), b, backend=backend)
+      y = ops.lrn(ops.max_pool(y, backend=backend), backend=backend)
       return jax.lax.psum((y ** 2).sum(), "data")
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, None, "data"), P(), P()), out_specs=P(),
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, None, "data"), P()), out_specs=P(),
                          check_vma=True)
 
   with jax.default_matmul_precision("highest"):
-    want = jax.jit(jax.value_and_grad(net("xla"), (0, 1, 2)))(x, w, b)  # one program, not one per operation
-    got = jax.jit(jax.value_and_grad(net("interpret"), (0, 1, 2)))(x, w, b)
+    want = jax.jit(jax.value_and_grad(net("xla"), (0, 1)))(x, w)  # one program, not one per operation
+    got = jax.jit(jax.value_and_grad(net("interpret"), (0, 1)))(x, w)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), got, want)
 
 

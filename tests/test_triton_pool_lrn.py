@@ -171,22 +171,15 @@ def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
   return dx
 
 
-def run_lrn(x, dy, groups, size, k, alpha, beta, relu=False, b=None):
-  """y and dx, and with a bias b (C,) float32 db too."""
-  launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name, relu, b is not None)
-  bias = np.zeros(x.shape[:1], np.float32) if b is None else b
+def run_lrn(x, dy, groups, size, k, alpha, beta, relu=False):
+  launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name, relu)
   y, ybuf = poisoned(x.shape, x.dtype)
-  run(lrn.lrn_fwd_launch(*launch_args), x, bias, y)
+  run(lrn.lrn_fwd_launch(*launch_args), x, y)
   dx, dbuf = poisoned(x.shape, x.dtype)
-  bwd = lrn.lrn_bwd_launch(*launch_args)
-  partials, pbuf = poisoned(lrn.bias_partials(bwd), np.float32)
-  run(bwd, x, bias, dy, dx, partials)
-  for buf in (ybuf, dbuf) + ((pbuf,) if b is not None else ()):
+  run(lrn.lrn_bwd_launch(*launch_args), x, dy, dx)
+  for buf in (ybuf, dbuf):
     untouched(buf)
-  if b is None:
-    assert np.isnan(pbuf).all()  # without a bias the kernel leaves its partials alone
-    return y, dx
-  return y, dx, partials.sum(axis=0)
+  return y, dx
 
 
 LRN_CASES = [  # shape, groups, size, k, alpha, beta
@@ -216,29 +209,6 @@ def test_lrn_matches_numpy(shape, groups, size, k, alpha, beta, dtype, relu):
   tol = TOL[dtype]
   np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
   np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
-
-
-@pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape,groups,size,k,alpha,beta", LRN_CASES[:4])
-def test_lrn_with_bias_matches_numpy(shape, groups, size, k, alpha, beta, dtype, relu):
-  """The conv's bias added first, and its gradient summed from dx over every position: each block of positions
-  writes its row of partial sums, ragged last block included."""
-  rng = np.random.default_rng(sum(shape) + size + 1)
-  x = (rng.normal(size=shape) * 40).astype(dtype)
-  b = (rng.normal(size=shape[:1]) * 30).astype(np.float32)
-  dy = rng.normal(size=shape).astype(dtype)
-  y, dx, db = run_lrn(x, dy, groups, size, k, alpha, beta, relu, b)
-  pre = x.astype(np.float64) + b[:, None, None, None]
-  a = np.maximum(pre, 0) if relu else pre
-  want_y, _ = lrn_fwd_numpy(a, groups, size, k, alpha, beta)
-  want_dx = lrn_bwd_numpy(a, dy.astype(np.float64), groups, size, k, alpha, beta)
-  want_dx = np.where(pre > 0, want_dx, 0) if relu else want_dx
-  tol = TOL[dtype]
-  np.testing.assert_allclose(y, want_y, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_y).max())
-  np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
-  # db sums dx before its rounding to dx's dtype: within the float32 sum's rounding of the float64 one
-  np.testing.assert_allclose(db, want_dx.sum(axis=(1, 2, 3)), rtol=1e-5, atol=tol["atol"] * np.abs(want_dx).sum())
 
 
 def test_lrn_large_channels_leave_no_rounding_behind():

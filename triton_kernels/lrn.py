@@ -1,11 +1,9 @@
 """Local response normalisation across channels, cuda-convnet's CHWN layout (all arrays contiguous, N fastest).
 
-  forward:  x (C, H, W, N), b (C,) float32 → y (C, H, W, N) in x's dtype
-  backward: x, b, dy → dx (C, H, W, N) in dy's dtype, and with BIAS db's partial sums (position blocks, C) float32
-  BIAS: normalise x + b: the conv before the LRN leaves its bias here, and the backward sums db from the dx it
-  writes, sparing the conv's backward a pass over its output gradient to reduce it (b is read but ignored without)
-  RELU: normalise ReLU(x [+ b]) instead, and pass dx back through the ReLU: the conv before the LRN leaves its ReLU
-  here too, so that its backward needs no pass of its own to mask the gradient (it reads x and dy, writes the masked dy)
+  forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype
+  backward: x, dy → dx (C, H, W, N) in dy's dtype
+  RELU: normalise ReLU(x) instead of x, and pass dx back through the ReLU: the conv before the LRN leaves its ReLU
+  here, so that its backward needs no pass of its own to mask the gradient (it reads x and dy, writes the masked dy)
 
   s[c] = K + ALPHA · Σ x[c']² over c' ∈ [c − SIZE//2, c + (SIZE−1)//2] ∩ c's group,   y[c] = x[c] · s[c]^−BETA
 
@@ -44,12 +42,9 @@ def _channel(ptr, c, live, CG: tl.constexpr, P: tl.constexpr):
 
 
 @triton.jit
-def _input(ptr, b_ptr, c, live, CG: tl.constexpr, P: tl.constexpr, BIAS: tl.constexpr, RELU: tl.constexpr):
-  """Channel c of the LRN's input: x, with BIAS plus b[c], with RELU the ReLU of that (NaN stays NaN, as the conv
-  kernel's and XLA's); 0 outside the group, as _channel's."""
+def _input(ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr):
+  """Channel c of the LRN's input: x, or with RELU the ReLU of x (NaN stays NaN, as the conv kernel's and XLA's)."""
   v = _channel(ptr, c, live, CG, P)
-  if BIAS:
-    v += tl.load(b_ptr + c, mask=(c >= 0) & (c < CG), other=0.0)
   if RELU:
     v = tl.maximum(v, 0.0, propagate_nan=tl.PropagateNan.ALL)
   return v
@@ -84,36 +79,32 @@ def _sum(ring, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr, WARPS: tl.constexpr):
+def _chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
   """(first channel, channels) of this program's chunk, and its positions: neighbouring programs hold the chunks of
-  the same positions, so that one's halo is read from L2 where the other has just read it. The positions are a
-  (WARPS, BLOCK // WARPS) tile, a row a warp, so that a sum over a row stays within its warp (shuffles, no barrier)."""
+  the same positions, so that one's halo is read from L2 where the other has just read it."""
   CH: tl.constexpr = (CG + CHUNKS - 1) // CHUNKS
   pid = tl.program_id(0)
-  lanes = tl.arange(0, WARPS)[:, None] * (BLOCK // WARPS) + tl.arange(0, BLOCK // WARPS)[None, :]
-  return (pid % CHUNKS) * CH, CH, (pid // CHUNKS) * BLOCK + lanes
+  return (pid % CHUNKS) * CH, CH, (pid // CHUNKS) * BLOCK + tl.arange(0, BLOCK)
 
 
 @triton.jit
-def lrn_fwd_kernel(x_ptr, b_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BIAS: tl.constexpr,
-                   RELU: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, WARPS: tl.constexpr,
-                   FAST_LOG2: tl.constexpr):
+def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
+                   K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr,
+                   CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  c0, ch, p = _chunk(BLOCK, CHUNKS, CG, WARPS)
+  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p  # pointer offsets to channel 0 of this group
   x_ptr += group
   y_ptr += group
-  b_ptr += tl.program_id(1) * CG
-  zero = tl.zeros([WARPS, BLOCK // WARPS], tl.float32)
+  zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
   for i in tl.static_range(SIZE - 1):
-    xs = xs[1:] + (_input(x_ptr, b_ptr, c0 - BEFORE + i, live, CG, P, BIAS, RELU),)
+    xs = xs[1:] + (_input(x_ptr, c0 - BEFORE + i, live, CG, P, RELU),)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
-    xs = xs[1:] + (_input(x_ptr, b_ptr, c + AFTER, live, CG, P, BIAS, RELU),)
+    xs = xs[1:] + (_input(x_ptr, c + AFTER, live, CG, P, RELU),)
     s = _denominator(xs, K, ALPHA, SIZE)
     tl.store(y_ptr + c * P, (xs[BEFORE] * _power(s, -BETA, FAST_LOG2)).to(y_ptr.dtype.element_ty), mask=live)
 
@@ -130,41 +121,34 @@ def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.con
 
 
 @triton.jit
-def lrn_bwd_kernel(x_ptr, b_ptr, dy_ptr, dx_ptr, db_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, BIAS: tl.constexpr,
-                   RELU: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, WARPS: tl.constexpr,
-                   FAST_LOG2: tl.constexpr, CHUNK: tl.constexpr):
+def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
+                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  c0, ch, p = _chunk(BLOCK, CHUNKS, CG, WARPS)
+  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p
   x_ptr += group
   dy_ptr += group
   dx_ptr += group
-  b_ptr += tl.program_id(1) * CG
-  # db: a warp's sum over its row of positions for each channel of the chunk, kept in registers until the chunk is
-  # done: a sum within a warp is shuffles, where a store of each channel's sums would convert their layout through
-  # shared memory, with a barrier in the loop over the channels
-  sums = tl.zeros([WARPS, CHUNK], tl.float32)
-  chunk = tl.arange(0, CHUNK)[None, :]
-  zero = tl.zeros([WARPS, BLOCK // WARPS], tl.float32)
+  zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
   terms = (zero,) * SIZE  # g·x/s of channels [c − AFTER, j]
   # The first SIZE − 1 reads only fill xs; the next SIZE − 1 fill gs and terms (at c0 = 0 the first read nothing).
   for i in tl.static_range(2 * (SIZE - 1)):
     e = c0 - SIZE + 1 + i
-    xs = xs[1:] + (_input(x_ptr, b_ptr, e, live, CG, P, BIAS, RELU),)
+    xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
-    xs = xs[1:] + (_input(x_ptr, b_ptr, c + SIZE - 1, live, CG, P, BIAS, RELU),)
+    xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
     g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
@@ -172,14 +156,9 @@ def lrn_bwd_kernel(x_ptr, b_ptr, dy_ptr, dx_ptr, db_ptr, C: tl.constexpr, P: tl.
     if RELU:  # through the ReLU: gradient where its output is positive
       dx = tl.where(xs[0] > 0, dx, 0.0)
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
-    if BIAS:
-      sums = tl.where(chunk == c - c0, tl.sum(tl.where(live, dx, 0.0), axis=1)[:, None], sums)
-  if BIAS:  # this block's rows of partial sums, a row a warp, summed by the caller
-    row = (tl.program_id(0) // CHUNKS) * WARPS + tl.arange(0, WARPS)[:, None]
-    tl.store(db_ptr + row * C + tl.program_id(1) * CG + c0 + chunk, sums, mask=chunk < tl.minimum(ch, CG - c0))
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, bias, dtype_name, block, programs, chunks):
+def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks):
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -192,38 +171,23 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, bias, dtype_name,
     chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
-                    BIAS=bool(bias), RELU=bool(relu), BLOCK=block, CHUNKS=chunks, WARPS=NUM_WARPS,
+                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks,
                     FAST_LOG2=os.environ.get("TRITON_INTERPRET") != "1")
-  if kernel is lrn_bwd_kernel:  # a power of two that holds a chunk's channels
-    constexprs["CHUNK"] = triton.next_power_of_2(triton.cdiv(c // groups, chunks))
   return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False, bias: bool = False, block: int | None = None,
-                   chunks: int | None = None) -> Launch:
-  """shape is x's (C, H, W, N); grid (position blocks × channel chunks, groups). bias, relu: normalise ReLU(x + b)
-  (the conv before it leaves its bias and ReLU to this kernel). block (positions per program, a power of two) and
-  chunks (programs per group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has
-  FWD_PROGRAMS."""
+                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); grid (position blocks × channel chunks, groups). relu: normalise ReLU(x) (the conv
+  before it leaves its ReLU to this kernel). block (positions per program, a power of two) and chunks (programs per
+  group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has FWD_PROGRAMS."""
   block = block or 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
-  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, bias, dtype_name, block, FWD_PROGRAMS,
-                 chunks)
+  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False, bias: bool = False, block: int | None = None,
-                   chunks: int | None = None) -> Launch:
-  """shape is x's (C, H, W, N); the forward's grid; bias and relu as the forward's, their gradients included (db as
-  partial sums, `bias_partials(launch)`). The rule: four elements per thread (x, dy and the window's state of each in
-  registers), chunks until the grid has BWD_PROGRAMS."""
+                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+  """shape is x's (C, H, W, N); the forward's grid; relu as the forward's, its gradient included. The rule: four
+  elements per thread (x, dy and the window's state of each in registers), chunks until the grid has BWD_PROGRAMS."""
   block = block or 4 * 32 * NUM_WARPS
-  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, bias, dtype_name, block, BWD_PROGRAMS,
-                 chunks)
-
-
-def bias_partials(launch: Launch) -> tuple[int, int]:
-  """The shape of the backward's db partial sums: a row of C per warp of each block of positions (one element
-  without BIAS, which the kernel leaves alone)."""
-  c = launch.constexprs
-  return (triton.cdiv(c["P"], c["BLOCK"]) * c["WARPS"], c["C"]) if c["BIAS"] else (1,)
+  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)

@@ -77,7 +77,6 @@ class Network(nn.Module):
     activations = {}
     x = x.astype(self.dtype)
     relu_pending = False  # a conv left its ReLU to the LRN or pool after it
-    bias_pending = None  # a conv left its bias to the LRN after it
     for i, p in enumerate(plan.layers):
       layer = p.layer
       with jax.named_scope(layer.name):
@@ -86,28 +85,25 @@ class Network(nn.Module):
         x = self._read(x, p.read)
         if layer.kind == "conv":
           # Before an LRN or a pool the ReLU goes into that layer's kernels, whose backward then masks the gradient
-          # as it writes it, and before an LRN the bias too, whose gradient the LRN's backward sums as it writes
-          # dx: the conv's backward needs no pass of its own over its output gradient for either (ops.lrn,
+          # as it writes it: the conv's backward needs no pass of its own over its output for that (ops.lrn,
           # ops.max_pool).
           following = plan.layers[i + 1].layer.kind if i + 1 < len(plan.layers) else None
           relu_pending = layer.relu and following in ("lrn", "pool")
-          x, bias_pending = self._conv(p, x, relu=layer.relu and not relu_pending, leave_bias=following == "lrn")
+          x = self._conv(p, x, relu=layer.relu and not relu_pending)
         elif layer.kind == "fc" and layer.split == "sum":
           x = self._fc_sum(p, x)
         elif layer.kind == "fc":
           x = self._fc(p, x)
         elif layer.kind == "lrn":
-          x = ops.lrn(x, bias_pending, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
+          x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
                       alpha_over_n=layer.alpha_over_n, groups=p.blocks, relu=relu_pending, backend=self.backend)
-          relu_pending, bias_pending = False, None
+          relu_pending = False
         elif layer.kind == "pool":
           x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
           relu_pending = False
         elif layer.kind == "dropout" and train:
           x = self._dropout(p, x)
-      # what the layer table says it outputs
-      out = x if bias_pending is None else x + bias_pending.astype(x.dtype)[:, None, None, None]
-      activations[layer.name] = jax.nn.relu(out) if relu_pending else out
+      activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
     # The last layer split its outputs: every device needs all logits.
     x = self._read(x, placement.gather_reads(plan.layers[-1].output), to="invarying")
@@ -144,15 +140,14 @@ class Network(nn.Module):
   def _weights(self, layer: Layer, kernel_shape: tuple[int, ...]):
     return TowerWeights(layer, kernel_shape, self.weight_init, name=layer.name)()
 
-  def _conv(self, p: LayerPlan, x, relu: bool, leave_bias: bool):
+  def _conv(self, p: LayerPlan, x, relu: bool):
     """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
-    its own block. Returns the output and, with leave_bias, the bias left out of it (else None)."""
+    its own block."""
     layer = p.layer
     out = layer.filters // self.table.towers
     kernel, bias = self._weights(layer, (p.towers, x.shape[0] // p.blocks, layer.size, layer.size, out))
-    y = ops.conv2d(x, _side_by_side(kernel), None if leave_bias else bias, stride=layer.stride,
-                   padding=layer.padding, groups=p.blocks, relu=relu, backend=self.backend)
-    return y, bias if leave_bias else None
+    return ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=p.blocks,
+                      relu=relu, backend=self.backend)
 
   def _fc(self, p: LayerPlan, x):
     """Every tower reads the same inputs; a layer on slices computes this device's slice of every tower's

@@ -50,8 +50,6 @@ class KernelSpec:
   kernel_outputs: Callable | None = None  # (*avals, **params) -> what the kernel writes, if not `outputs`
   finish: Callable | None = None  # (*kernel outputs, **params) -> outputs, e.g. summing split-K partials
   batch_last: tuple[int, ...] = ()  # operands whose last axis is the image axis N, like every output then
-  # (**params) -> whether a vmapped axis of the batch-last operands may fold into N: not where an output sums over N
-  folds: Callable = lambda **params: True
 
 
 class KernelPrimitive:
@@ -131,7 +129,7 @@ class KernelPrimitive:
   def _batch(self, operands, dims, **params):
     batched = [i for i, d in enumerate(dims) if d is not None]
     size = next(x.shape[d] for x, d in zip(operands, dims) if d is not None)
-    if set(batched) <= set(self.spec.batch_last) and self.spec.folds(**params):
+    if set(batched) <= set(self.spec.batch_last):
       # Fold the vmapped axis into N: (…, N) with a batch axis B becomes (…, B·N); every output is batch-last too.
       folded = []
       for i, (x, d) in enumerate(zip(operands, dims)):
