@@ -184,6 +184,27 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
 
 
+def test_tune_kernels_chains_its_calls_in_one_program():
+  # Every call stays a call of its own (not merged, not hoisted, its whole output made), the touched operand comes
+  # back as it went in, and the output is fn's.
+  code = """
+import sys, json; sys.path.insert(0, 'scripts')
+import jax, jax.numpy as jnp, numpy as np
+import tune_kernels
+fn = jax.jit(lambda x, w: jnp.tanh(x @ w).sum(0))
+x = jnp.asarray(np.random.default_rng(0).normal(size=(32, 32)), jnp.float32)
+run = tune_kernels.chained(fn, 4, 1)
+hlo = run.lower(x, jnp.copy(x.T)).compile().as_text()
+out, back = run(x, jnp.copy(x.T))
+print(json.dumps(dict(dots=hlo.count(" dot("), tanh=hlo.count(" tanh("), reduces=hlo.count(" reduce("),
+                      same=bool(np.array_equal(back, x.T)), close=bool(np.allclose(out, fn(x, x.T))))))
+"""
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  got = json.loads(run.stdout.strip().splitlines()[-1])
+  assert got == dict(dots=4, tanh=4, reduces=4, same=True, close=True)
+
+
 def test_tune_summary_times_the_table_s_tiles_where_a_key_is_tuned():
   from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
 
