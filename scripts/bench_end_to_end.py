@@ -32,7 +32,6 @@ The end-to-end rows time `--steps` steps after the batches built ahead during st
 """
 
 import collections
-import functools
 import json
 import os
 import statistics
@@ -188,8 +187,8 @@ def main(argv):
   config.mesh.model = min(config.mesh.model, len(jax.devices()))  # one device: both towers on it, grouped
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
-  state = train.create_train_state(setup, jax.random.key(0))
-  p_train_step = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0)
+  steps = train.jitted(setup)  # the step as training runs it
+  state, p_train_step = steps.enter(train.create_train_state(setup, jax.random.key(0))), steps.step
   key = jax.random.key(1)
 
   def step(batch):

@@ -86,6 +86,37 @@ def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
   assert_same(jax.tree.map(np.asarray, pmap.unstack(setup.mesh, state).params), one_device)
 
 
+@pytest.mark.parametrize("strategy, model, data, narrow", [
+    ("tower", 2, 1, {"conv1", "conv2", "fc3", "fc4", "fc5"}),
+    ("hybrid", 2, 1, {"fc3", "fc4", "fc5"}),  # the convs' batch is split over both devices
+    ("data", 1, 2, set())])
+def test_the_step_on_narrow_kernels_gives_the_numbers_of_the_step_converting_them(strategy, model, data, narrow):
+  """The kernels that the update writes in bfloat16 beside the params, for the next step to read, are those whose
+  gradients no devices sum (which are summed in float32); the params come out bit for bit as where the network
+  converts them itself."""
+  config = tiny_config(strategy, model, data)
+  config.dtype = "bfloat16"
+  setup = train.make_setup(config, 10, 1000)
+  reference = train.create_train_state(setup, jax.random.key(0))
+  batch = setup.batch_rows.put(placement.random_batch(B, 32, 10, size=40))
+  convert, steps = jax.jit(functools.partial(train.train_step, setup=setup)), train.jitted(setup)
+  state = steps.enter(train.create_train_state(setup, jax.random.key(0)))
+  for _ in range(2):
+    reference, _ = convert(reference, batch, jax.random.key(1))
+    state, _ = steps.step(state, batch, jax.random.key(1))
+  kernels = {name: np.asarray(k["kernel"]) for name, k in (state.compute_kernels or {}).items()}
+  held = steps.leave(state)
+  assert held.compute_kernels is None and reference.compute_kernels is None
+  got = jax.tree.leaves((held.params, held.opt_state))
+  for (path, want), got in zip(jax.tree_util.tree_leaves_with_path((reference.params, reference.opt_state)), got,
+                               strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
+  assert set(kernels) == narrow
+  for name, kernel in kernels.items():
+    assert kernel.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(kernel, np.asarray(held.params[name]["kernel"]).astype(jnp.bfloat16), name)
+
+
 def test_pmap_is_refused_for_strategies_other_than_data_in_one_line():
   config = tiny_config("hybrid", 2, 1)
   config.parallel_api = "pmap"

@@ -137,15 +137,20 @@ class Network(nn.Module):
       return lax.dynamic_slice_in_dim(blocks, i * part, part, axis=1).reshape(-1, *x.shape[1:])
     return lax.dynamic_slice_in_dim(blocks, i * (t // k), t // k, axis=0).reshape(-1, *x.shape[1:])
 
-  def _weights(self, layer: Layer, kernel_shape: tuple[int, ...]):
-    return TowerWeights(layer, kernel_shape, self.weight_init, name=layer.name)()
+  def _weights(self, p: LayerPlan, kernel_shape: tuple[int, ...]):
+    """The layer's kernel and bias, varying over the mesh axes that split its batch: their gradients are then summed
+    over those devices as they are, in float32, not in the compute dtype they are converted to for reading."""
+    weights = TowerWeights(p.layer, kernel_shape, self.weight_init, name=p.layer.name)()
+    axes = (self.batch_axis,) + ((self.tower_axis,) if p.split_batch else ())
+    axes = tuple(a for a in axes if a)
+    return tuple(lax.pcast(w, axes, to="varying") for w in weights) if axes else weights
 
   def _conv(self, p: LayerPlan, x, relu: bool):
     """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
     its own block."""
     layer = p.layer
     out = layer.filters // self.table.towers
-    kernel, bias = self._weights(layer, (p.towers, x.shape[0] // p.blocks, layer.size, layer.size, out))
+    kernel, bias = self._weights(p, (p.towers, x.shape[0] // p.blocks, layer.size, layer.size, out))
     return ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=p.blocks,
                       relu=relu, backend=self.backend)
 
@@ -154,7 +159,7 @@ class Network(nn.Module):
     outputs."""
     layer, x = p.layer, _flat(x)
     out = layer.filters // self.table.towers // (self._slices() if p.weights == SLICES else 1)
-    kernel, bias = self._weights(layer, (p.towers, x.shape[0], out))
+    kernel, bias = self._weights(p, (p.towers, x.shape[0], out))
     # The towers as a batch of GEMMs, outputs stacked: their weights side by side as one matrix would be a transposed
     # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, 0.05 ms at batch 512, and again in
     # the backward pass), where the outputs are a few MB.
@@ -165,7 +170,7 @@ class Network(nn.Module):
     by those rows); the partial outputs are summed across devices."""
     layer, x = p.layer, _flat(x)
     c_in = x.shape[0] // p.towers  # sharding.sharded_apply checks the split
-    kernel, bias = self._weights(layer, (p.towers, c_in, layer.filters))
+    kernel, bias = self._weights(p, (p.towers, c_in, layer.filters))
     # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
     y = ops.dense(x, kernel.reshape(p.towers * c_in, layer.filters), out_dtype=jnp.float32, backend=self.backend)
     if p.reduce:

@@ -62,6 +62,10 @@ class Plan:
   def __getitem__(self, name: str) -> LayerPlan:
     return next(p for p in self.layers if p.layer.name == name)
 
+  def gradient_summed_over(self, name: str) -> int:
+    """The devices that split layer `name`'s batch, over which its weights' gradients are summed (1: none)."""
+    return self.data * self.model if self[name].layer.place == "data" else self.data
+
   def describe(self) -> str:
     """The plan as a markdown table, a row per layer."""
     rows = ["| layer (place) | batch | read | input | blocks | towers held | weights | output | then |",
@@ -79,7 +83,7 @@ class Plan:
     of a data shard's rows that an activation's all-gather gathers and its gradient's reduce-scatter scatters (in
     the compute dtype), the partial outputs' all-reduce of a spread split='sum' layer, and each weight's gradient
     summed over the devices that split its batch (both float32)."""
-    model, data, rows = self.model, self.data, batch // self.data
+    model, rows = self.model, batch // self.data
     shapes = layer_shapes(self.table, image_size, rows)
     out = {}
 
@@ -98,7 +102,7 @@ class Plan:
       if p.weights:
         gradient = sum(math.prod(shape) * F32 // (model if p.split_weights[leaf] else 1)
                        for leaf, shape in shapes.params[name].items())
-        add(name, "all-reduce", data * model if p.layer.place == "data" else data, gradient)
+        add(name, "all-reduce", self.gradient_summed_over(name), gradient)
     if self.gather_output:
       last = self.layers[-1].layer
       add(last.name, "all-gather", model, last.filters * rows * dtype_bytes)

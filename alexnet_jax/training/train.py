@@ -33,8 +33,12 @@ from alexnet_jax.training import guard
 
 class TrainState(flax.struct.PyTreeNode):
   step: jax.Array
-  params: Any
+  params: Any  # float32, as the optimiser updates them
   opt_state: Any
+  # Kernels in the network's narrower compute dtype (compute_kernels), written by the update that writes the params:
+  # the step would otherwise convert them before reading them (fc6's: 151 MB read and 75 MB written a step). The
+  # step holds them (Stepping.enter); checkpoints, evaluation and exports see None.
+  compute_kernels: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +229,12 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     return loss, logits
 
-  (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  narrow = state.compute_kernels is not None
+  read = {name: layer | state.compute_kernels.get(name, {}) for name, layer in state.params.items()} if narrow \
+      else state.params
+  (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(read)
+  # A narrow kernel's gradient widened: what the network's own conversion of the float32 kernel would have given.
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
   metrics = metrics_of(logits, labels)
   if pmap_axis:
     # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
@@ -236,7 +245,8 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   params = optax.apply_updates(state.params, updates)
   with jax.named_scope("metrics"):  # where the rows are spread (data parallelism), the spread's max and min are reduced
     metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], logits)
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                       compute_kernels=compute_kernels(setup, params) if narrow else None), metrics
 
 
 def _named_pmean(name: str, tree, axis: str):
@@ -279,5 +289,32 @@ class Stepping:
   leave: Any = lambda state: state
 
 
+def compute_kernels(setup: Setup, params) -> dict:
+  """{layer: {'kernel': …}}: the kernels that the network reads in a compute dtype narrower than their float32,
+  narrowed; not those whose gradients are summed over devices, which are summed in float32 (placement.Plan.traffic),
+  nor the biases, which it adds in float32."""
+  if setup.net.dtype == jnp.float32:
+    return {}
+  return {name: {"kernel": layer["kernel"].astype(setup.net.dtype)} for name, layer in params.items()
+          if "kernel" in layer and setup.plan.gradient_summed_over(name) == 1}
+
+
+def narrowed(setup: Setup, state: TrainState) -> TrainState:
+  """The state with its compute_kernels, each placed as its kernel (none: the state as it is); of arrays, or of
+  their shapes (jax.eval_shape's)."""
+  narrow = functools.partial(compute_kernels, setup)
+  kernels = jax.eval_shape(narrow, state.params)
+  if not kernels:
+    return state
+  narrow = jax.jit(narrow, out_shardings={name: {"kernel": state.params[name]["kernel"].sharding} for name in kernels})
+  abstract = isinstance(jax.tree.leaves(state.params)[0], jax.ShapeDtypeStruct)
+  return state.replace(compute_kernels=jax.eval_shape(narrow, state.params) if abstract else narrow(state.params))
+
+
+def widened(state: TrainState) -> TrainState:
+  return state.replace(compute_kernels=None)
+
+
 def jitted(setup: Setup) -> Stepping:
-  return Stepping(jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0))
+  return Stepping(jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0),
+                  functools.partial(narrowed, setup), widened)
