@@ -57,12 +57,14 @@ def test_rows_spread_over_the_towers_are_gathered_as_the_input():
   assert outside == {("input", "all-gather"): 8 * 64 * 64 * 3 + 8 * 3 * 4, ("labels", "all-gather"): 8 * 4}
 
 
-def test_data_parallelism_and_the_hybrid_move_what_their_plans_say():
-  data = comm.records(tiny_config(mesh=dict(model=1, data=2)), "data", "float32", 8)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_data_parallelism_and_the_hybrid_move_what_their_plans_say(dtype):
+  # In bfloat16 too the weights' gradients are summed in float32, as the plan counts them.
+  data = comm.records(tiny_config(mesh=dict(model=1, data=2)), "data", dtype, 8)
   assert_as_planned(data)
   convs_and_fcs = {f"conv{i}" for i in range(1, 6)} | {"fc6", "fc7", "fc8"}
   assert {layer for layer, kind in by_row(data) if kind == "all-reduce"} >= convs_and_fcs
-  hybrid = comm.records(tiny_config(), "hybrid", "float32", 8)
+  hybrid = comm.records(tiny_config(), "hybrid", dtype, 8)
   assert_as_planned(hybrid)
   assert {key for key in by_row(hybrid) if key[0].startswith("fc")} == {
       ("fc6", "all-gather"), ("fc6", "reduce-scatter"), ("fc7", "all-gather"), ("fc7", "reduce-scatter"),
