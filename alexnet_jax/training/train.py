@@ -230,11 +230,12 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
     return loss, logits
 
   narrow = state.compute_kernels is not None
-  read = {name: layer | state.compute_kernels.get(name, {}) for name, layer in state.params.items()} if narrow \
-      else state.params
+  read = state.params
+  if narrow:  # each narrowed kernel as float32 values, exactly its own: the network's conversion back, which XLA
+    # drops, makes the gradients those of the float32 params (XLA simplifies both programs' conversions alike)
+    read = {name: layer | jax.tree.map(lambda k: k.astype(jnp.float32), state.compute_kernels.get(name, {}))
+            for name, layer in state.params.items()}
   (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(read)
-  # A narrow kernel's gradient widened: what the network's own conversion of the float32 kernel would have given.
-  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
   metrics = metrics_of(logits, labels)
   if pmap_axis:
     # Every device's rows weigh the same: the mean of means is the global mean. One pmean per layer, in its name's
