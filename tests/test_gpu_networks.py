@@ -1,5 +1,6 @@
 """On a CUDA GPU (`pytest -m gpu`): a cuda artifact with the Triton kernels inside, exported here, serialised, loaded
-and run equal to the live model; VGG-16's kernels at its own shapes against float64, and its train step with the
+and run equal to the live model; AlexNet's training step on the kernels the update narrowed equal to the step
+converting them; VGG-16's kernels at its own shapes against float64, and its train step with the
 kernels agreeing with XLA's in float32 and as close to the float32 step as XLA's in bfloat16.
 
   TRITON_INTERPRET=0 pytest -m gpu tests/test_gpu_networks.py
@@ -60,6 +61,23 @@ def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(tmp_path):
   new_state, metrics = loaded_step.call(state, batch, jax.random.key(1))
   assert max_difference(metrics, live_metrics) <= 1e-4 * float(live_metrics["loss"])
   assert max_difference(new_state.params, live_state.params) <= 1e-5
+
+
+def test_alexnet_step_on_the_kernels_the_update_narrowed_gives_the_converting_step_bit_for_bit():
+  # Training's step (train.jitted: bf16 kernels written by the update, read by the next step) against the step that
+  # converts the float32 params itself, on the paper's network with the Triton kernels.
+  config = alexnet_config("bfloat16")
+  setup = train.make_setup(config, 1000, 1_281_167)
+  batch = setup.batch_rows.put(placement.random_batch(64, 224, 1000, size=256))
+  convert, steps = jax.jit(functools.partial(train.train_step, setup=setup)), train.jitted(setup)
+  reference = train.create_train_state(setup, jax.random.key(0))
+  state = steps.enter(train.create_train_state(setup, jax.random.key(0)))
+  for _ in range(3):
+    reference, want = convert(reference, batch, jax.random.key(1))
+    state, got = steps.step(state, batch, jax.random.key(1))
+    assert float(got["loss"]) == float(want["loss"])
+  assert sorted(state.compute_kernels) == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7", "fc8"]
+  jax.tree.map(np.testing.assert_array_equal, steps.leave(state).params, reference.params)
 
 
 @pytest.mark.parametrize("case", kernel_checks.table_cases(vgg16(), 224, BATCH), ids=lambda c: c.name)
