@@ -231,8 +231,9 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
 
   narrow = state.compute_kernels is not None
   read = state.params
-  if narrow:  # each narrowed kernel as float32 values, exactly its own: the network's conversion back, which XLA
-    # drops, makes the gradients those of the float32 params (XLA simplifies both programs' conversions alike)
+  if narrow:  # each narrowed kernel as float32 values, exactly its own: XLA drops the network's conversion back, and
+    # the gradients are computed as where the network converts the float32 params (read bf16 directly, they came out
+    # otherwise rounded on one CPU device)
     read = {name: layer | jax.tree.map(lambda k: k.astype(jnp.float32), state.compute_kernels.get(name, {}))
             for name, layer in state.params.items()}
   (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(read)
