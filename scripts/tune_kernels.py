@@ -5,7 +5,7 @@ checked against on another GPU or network).
 
   python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd] [--layers conv1,lrn1] [--placements split,one]
-      [--json OUT.json]
+      [--wgrad_columns 8192,16384] [--json OUT.json]
 
 Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
 tower, a device each) and with every tower on one device (`one`: grouped convolution, LRN per tower), once per
@@ -26,6 +26,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import sys
 import time
 
 from absl import flags
@@ -42,6 +43,8 @@ flags.DEFINE_list("kernels", [*CONV_KERNELS, *MAP_KERNELS], "which kernels")
 flags.DEFINE_list("layers", [], "which conv, LRN and pool layers (default: all)")
 flags.DEFINE_list("placements", ["split", "one"], "split: a tower per device; one: every tower on one device")
 flags.DEFINE_integer("workers", 8, "processes compiling candidates in parallel")
+flags.DEFINE_list("wgrad_columns", [], "filter gradient: reduction columns per program to try beside the rule's "
+                  "(e.g. 8192,16384)")
 flags.DEFINE_integer("max_candidates", 0, "try only the first N candidates of each kernel (0: all)")
 flags.DEFINE_integer("calls", 20, "calls timed back to back per round")
 flags.DEFINE_integer("rounds", 5, "rounds; the median counts")
@@ -51,10 +54,12 @@ flags.DEFINE_string("json", None, "write every candidate's row here")
 MAX_ERROR = 2.0 ** -6
 
 
-def candidates(kernel: str, shape: ConvShape):
+def candidates(kernel: str, shape: ConvShape, wgrad_columns=()):
   """Tiles worth timing, the rule of thumb first: output tiles of 32–256 rows by 32–256 columns (no larger than the
   layer's rows need), reduction steps of 32 or 64, 3 or 4 pipeline stages, 8 warps for the 128×256 tiles and both 4
-  and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per warp group."""
+  and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per warp group. The filter gradient's tiles
+  also with each of `wgrad_columns` reduction columns per program (fewer float32 partial sums for the caller to add
+  up, and fewer programs), beside the rule's."""
   from triton_kernels import conv  # noqa: PLC0415  (Triton reads TRITON_INTERPRET when first imported)
 
   args = (shape.x, shape.w, shape.stride, shape.padding, shape.groups)
@@ -73,9 +78,10 @@ def candidates(kernel: str, shape: ConvShape):
         for stages in (3, 4):
           warps = (4, 8) if rows * cols == 128 * 128 else (8,) if rows * cols > 128 * 128 else (4,)
           for w in warps:
-            t = conv.Tiles(rows, cols, depth, w, stages)
-            if t not in out:
-              out.append(t)
+            for columns in (first.columns, *wgrad_columns) if kernel == "wgrad" else (first.columns,):
+              t = conv.Tiles(rows, cols, depth, w, stages, columns)
+              if t not in out:
+                out.append(t)
   return out
 
 
@@ -133,7 +139,8 @@ def jobs_for(table, image_size, args):
       found.setdefault(key, (kernel, (layer, shape, groups), []))[2].append(f"{layer.name} {placement}")
   jobs = []
   for key, (kernel, s, names) in found.items():
-    tiles = candidates(kernel, s) if kernel in CONV_KERNELS else map_candidates(kernel, s[1][0] // s[2])
+    tiles = (candidates(kernel, s, tuple(map(int, args.wgrad_columns))) if kernel in CONV_KERNELS
+             else map_candidates(kernel, s[1][0] // s[2]))
     for i, t in enumerate(tiles[:args.max_candidates or None]):
       jobs.append(dict(kernel=kernel, key=key, layers=names, shape=s, tiles=t, rule=i == 0))
   return jobs
@@ -305,7 +312,9 @@ def main(argv):
   del argv
   args = flags.FLAGS
   if args.mode == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
-    raise ValueError("--mode interpret needs TRITON_INTERPRET=1 in the environment")
+    sys.exit("error: --mode interpret needs TRITON_INTERPRET=1 in the environment")
+  if not all(c.isdigit() and int(c) > 0 for c in args.wgrad_columns):
+    sys.exit(f"error: --wgrad_columns takes positive whole numbers of columns, got {','.join(args.wgrad_columns)}")
   from alexnet_jax.config import network_table  # noqa: PLC0415
 
   config = args.config

@@ -184,6 +184,27 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
 
 
+def test_tune_kernels_tries_the_filter_gradient_with_more_columns_per_program():
+  code = """
+import sys, json; sys.path.insert(0, 'scripts')
+import tune_kernels
+from alexnet_jax.measure.kernel_shapes import ConvShape
+shape = ConvShape('conv2', (96, 27, 27, 512), (48, 5, 5, 256), 1, 2, 2)
+more, plain = (tune_kernels.candidates('wgrad', shape, c) for c in ((16384,), ()))
+fwd = tune_kernels.candidates('fwd', shape, (16384,)) == tune_kernels.candidates('fwd', shape)
+print(json.dumps(dict(first=more[0] == plain[0], plain=sorted({t.columns for t in plain}),
+                      more=sorted({t.columns for t in more}), twice=len(more) == 2 * len(plain), fwd=fwd)))
+"""
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  got = json.loads(run.stdout.strip().splitlines()[-1])
+  assert got == dict(first=True, plain=[4096], more=[4096, 16384], twice=True, fwd=True)
+  bad = subprocess.run([sys.executable, "scripts/tune_kernels.py", "--config", "configs/demo.py",
+                        "--wgrad_columns", "8192,lots"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == (
+      "error: --wgrad_columns takes positive whole numbers of columns, got 8192,lots")
+
+
 def test_tune_kernels_chains_its_calls_in_one_program():
   # Every call stays a call of its own (not merged, not hoisted, its whole output made), the touched operand comes
   # back as it went in, and the output is fn's.
