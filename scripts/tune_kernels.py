@@ -9,7 +9,7 @@ checked against on another GPU or network).
 
 Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
 tower, a device each) and with every tower on one device (`one`: grouped convolution, LRN per tower), once per
-distinct key (kernel, batch and per-group geometry). For each, every candidate (the rule first: conv tiles of
+distinct key (kernel, batch, per-group geometry and groups). For each, every candidate (the rule first: conv tiles of
 `candidates`, LRN positions per program × channel chunks, pool outputs per thread × warps) is compiled, run on
 random operands, checked against the rule's result (max error ≤ 2^-6 of its largest element, else the candidate is
 refused) and timed: --calls calls back to back in one compiled program (`chained`), the median of --rounds rounds.

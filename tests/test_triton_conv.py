@@ -243,7 +243,7 @@ def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
 
 def test_a_batch_not_tuned_takes_the_nearest_tuned_one():
   x, w = (256, 13, 13, 0), (256, 3, 3, 192)  # conv3 as a device of the split runs it
-  layer = (256, 13, 13, 192, 3, 3, 1, 1)
+  layer = (256, 13, 13, 192, 3, 3, 1, 1, 1)
   tuned = {k[1]: conv.Tiles(*v) for k, v in conv.TUNED.items() if k[0] == "fwd" and k[2:] == layer}
   assert {128, 512} <= set(tuned)
   for n, want in ((2, 128), (200, 128), (256, 512), (300, 512), (100_000, max(tuned))):

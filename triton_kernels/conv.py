@@ -199,10 +199,10 @@ BLOCK_NAMES = {"fwd": ("BLOCK_F", "BLOCK_P", "BLOCK_K"), "dgrad": ("BLOCK_C", "B
 
 
 def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
-  """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD): what TUNED is keyed by."""
+  """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD, G): what TUNED is keyed by."""
   _, h, w, n = x_shape
   cg, kh, kw, f = w_shape
-  return (kernel, n, cg, h, w, f // groups, kh, kw, stride, padding)
+  return (kernel, n, cg, h, w, f // groups, kh, kw, stride, padding, groups)
 
 
 def _block(n: int, lo: int, hi: int) -> int:
