@@ -284,11 +284,19 @@ def _fields(t):
   return (t.rows, t.cols, t.depth, t.num_warps, t.num_stages, t.columns)
 
 
-def summarise(rows):
-  """Per key: the rule's row, the best accepted row, the table's tiles now (conv); best_rate is TFLOP/s for conv
-  kernels, TB/s for LRN and pool."""
+def launched_tiles(key) -> tuple:
+  """The tiles a 16-bit launch of a conv key takes now, as the rows hold tiles: its table entry, the entry it falls
+  back to (another batch or group count of the layer), or the rule of thumb."""
   from triton_kernels import conv  # noqa: PLC0415
 
+  kernel, n, cg, h, w, fg, kh, kw, stride, padding, g = key
+  return tuple(_fields(conv.tiles_for(kernel, (cg * g, h, w, n), (cg, kh, kw, fg * g), stride, padding, g,
+                                      "bfloat16")))
+
+
+def summarise(rows):
+  """Per key: the rule's row, the best accepted row, and for a conv key the row of the tiles a launch takes now
+  (`launched_tiles`); best_rate is TFLOP/s for conv kernels, TB/s for LRN and pool."""
   by_key = {}
   for r in rows:
     by_key.setdefault(tuple(r["key"]), []).append(r)
@@ -300,8 +308,8 @@ def summarise(rows):
     if not ok:
       continue
     best = min(ok, key=lambda r: r["ms"])
-    table = conv.TUNED.get(key)  # a tuple of Tiles' fields, as the rows' tiles are
-    now = [r for r in ok if table is not None and tuple(r["tiles"]) == tuple(table)]
+    table = launched_tiles(key) if s["kernel"] in CONV_KERNELS else None
+    now = [r for r in ok if table is not None and tuple(r["tiles"]) == table]
     out.append(dict(kernel=s["kernel"], key=list(key), layers=s["layers"], best=best["tiles"], best_ms=best["ms"],
                     best_rate=best.get("tflops", best.get("tbs")), rule_ms=rule[0].get("ms") if rule else None,
                     table_ms=now[0]["ms"] if now else None, tried=len(rs), refused=len(rs) - len(ok)))

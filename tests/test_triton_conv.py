@@ -250,6 +250,16 @@ def test_a_batch_not_tuned_takes_the_nearest_tuned_one():
     assert conv.tiles_for("fwd", x[:3] + (n,), w, 1, 1, 1, "bfloat16") == tuned[want], n
 
 
+def test_a_group_count_not_tuned_takes_the_layer_s_other_entries():
+  # conv2's filter gradient, the towers side by side (two groups): its own entry at 512, a tower's at 128
+  x, w = (96, 27, 27, 512), (48, 5, 5, 256)
+  entry = lambda n, g: conv.Tiles(*conv.TUNED["wgrad", n, 48, 27, 27, 128, 5, 5, 1, 2, g])  # noqa: E731
+  assert entry(512, 2) != entry(512, 1)
+  assert conv.tiles_for("wgrad", x, w, 1, 2, 2, "bfloat16") == entry(512, 2)
+  assert conv.tiles_for("wgrad", x[:3] + (128,), w, 1, 2, 2, "bfloat16") == entry(128, 1)
+  assert ("wgrad", 128, 48, 27, 27, 128, 5, 5, 1, 2, 2) not in conv.TUNED
+
+
 @pytest.mark.parametrize("kernel", ["fwd", "dgrad", "wgrad"])
 def test_other_tiles_compute_the_same_convolution(kernel):
   shape = (8, 9, 7, 5, 12, 3, 1, 1, 2)

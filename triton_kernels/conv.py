@@ -211,12 +211,13 @@ def _block(n: int, lo: int, hi: int) -> int:
 
 def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> Tiles:
   """The tiles a launch uses when none are given: for 16-bit inputs (float32 tiles take twice the shared memory per
-  stage) the tuned table's entry for this layer at the nearest batch tuned (in ratio; the larger on a tie), else the
-  rule of thumb."""
-  _, n, *layer = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
-  tuned = [(abs(math.log2(k[1] / n)), -k[1], t) for k, t in TUNED.items() if k[0] == kernel and list(k[2:]) == layer]
+  stage) the tuned table's entry for this layer at the nearest batch tuned (in ratio), of this group count where it
+  has one (the larger batch on a tie), else the rule of thumb."""
+  _, n, *layer, g = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
+  tuned = [(abs(math.log2(k[1] / n)), k[-1] != g, -k[1], t) for k, t in TUNED.items()
+           if k[0] == kernel and list(k[2:-1]) == layer]
   if tuned and dtype_name in ("float16", "bfloat16"):
-    return Tiles(*min(tuned, key=lambda e: e[:2])[2])
+    return Tiles(*min(tuned, key=lambda e: e[:3])[3])
   return rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups)
 
 

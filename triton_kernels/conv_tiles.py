@@ -3,9 +3,9 @@
 Key: (kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD, G), the layer as one device runs it: a tower of the paper's
 split (G = 1), or the towers side by side on one device as G groups, whose grid is G times the split's and may want
 other tiles. Value: Tiles fields (rows, cols, depth, num_warps, num_stages, wgrad columns per program). A batch not in
-the table takes the nearest one tuned. Each entry is the fastest of ~20–60 candidates (scripts/tune_kernels.py's
-`candidates`), with its time and the rule of thumb's in the comment; the two-group entries marked "the split's
-tiles" were timed with one group.
+the table takes the nearest one tuned, and a group count not tuned the same layer's other entries (conv.tiles_for).
+Each entry is the fastest of ~20–60 candidates (scripts/tune_kernels.py's `candidates`), with its time and the rule
+of thumb's in the comment.
 
 Measured 2026-12-01 on one NVIDIA H200, bfloat16, commit ec5e197
 (docs/results/tune_kernels_2026-12-01_b{128,512,1024}.json):
@@ -21,26 +21,17 @@ TUNED = {
     ("fwd", 128, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 256, 32, 4, 3, 4096),  # conv1 split 0.077 ms (rule 0.086)
     ("wgrad", 128, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 64, 64, 4, 4, 4096),  # conv1 split 0.076 ms (rule 0.076)
     ("fwd", 128, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv2 split 0.084 ms (rule 0.095)
-    ("fwd", 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 32, 4, 3, 4096),  # conv2 one: the split's tiles
     ("dgrad", 128, 48, 27, 27, 128, 5, 5, 1, 2, 1): (64, 128, 64, 4, 3, 4096),  # conv2 split 0.094 ms (rule 0.134)
-    ("dgrad", 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (64, 128, 64, 4, 3, 4096),  # conv2 one: the split's tiles
     ("wgrad", 128, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 64, 8, 3, 4096),  # conv2 split 0.073 ms (rule 0.073)
-    ("wgrad", 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 64, 8, 3, 4096),  # conv2 one: the split's tiles
     ("fwd", 128, 256, 13, 13, 192, 3, 3, 1, 1, 1): (256, 64, 32, 4, 3, 4096),  # conv3 split 0.065 ms (rule 0.088)
     ("dgrad", 128, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 128, 32, 4, 4, 4096),  # conv3 split 0.049 ms (rule 0.065)
     ("wgrad", 128, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv3 split 0.058 ms (rule 0.066)
     ("fwd", 128, 192, 13, 13, 192, 3, 3, 1, 1, 1): (64, 128, 32, 4, 3, 4096),  # conv4 split 0.053 ms (rule 0.069)
-    ("fwd", 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (64, 128, 32, 4, 3, 4096),  # conv4 one: the split's tiles
     ("dgrad", 128, 192, 13, 13, 192, 3, 3, 1, 1, 1): (64, 128, 64, 4, 4, 4096),  # conv4 split 0.041 ms (rule 0.067)
-    ("dgrad", 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (64, 128, 64, 4, 4, 4096),  # conv4 one: the split's tiles
     ("wgrad", 128, 192, 13, 13, 192, 3, 3, 1, 1, 1): (128, 64, 64, 4, 3, 4096),  # conv4 split 0.048 ms (rule 0.066)
-    ("wgrad", 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (128, 64, 64, 4, 3, 4096),  # conv4 one: the split's tiles
     ("fwd", 128, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 128, 64, 4, 3, 4096),  # conv5 split 0.043 ms (rule 0.049)
-    ("fwd", 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 128, 64, 4, 3, 4096),  # conv5 one: the split's tiles
     ("dgrad", 128, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 128, 64, 4, 3, 4096),  # conv5 split 0.037 ms (rule 0.043)
-    ("dgrad", 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 128, 64, 4, 3, 4096),  # conv5 one: the split's tiles
     ("wgrad", 128, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 64, 64, 4, 4, 4096),  # conv5 split 0.042 ms (rule 0.065)
-    ("wgrad", 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 64, 64, 4, 4, 4096),  # conv5 one: the split's tiles
     ("fwd", 128, 3, 224, 224, 96, 11, 11, 4, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv1 one 0.110 ms (rule 0.124)
     ("wgrad", 128, 3, 224, 224, 96, 11, 11, 4, 2, 1): (64, 128, 64, 4, 3, 4096),  # conv1 one 0.100 ms (rule 0.109)
     ("fwd", 128, 256, 13, 13, 384, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv3 one 0.086 ms (rule 0.113)
@@ -49,26 +40,18 @@ TUNED = {
     ("fwd", 512, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 256, 32, 4, 4, 4096),  # conv1 split 0.270 ms (rule 0.275)
     ("wgrad", 512, 3, 224, 224, 48, 11, 11, 4, 2, 1): (128, 64, 64, 4, 3, 4096),  # conv1 split 0.203 ms (rule 0.203)
     ("fwd", 512, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv2 split 0.259 ms (rule 0.315)
-    ("fwd", 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 32, 4, 3, 4096),  # conv2 one: the split's tiles
     ("dgrad", 512, 48, 27, 27, 128, 5, 5, 1, 2, 1): (64, 256, 64, 8, 4, 4096),  # conv2 split 0.330 ms (rule 0.382)
-    ("dgrad", 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (64, 256, 64, 8, 4, 4096),  # conv2 one: the split's tiles
     ("wgrad", 512, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 64, 8, 3, 4096),  # conv2 split 0.234 ms (rule 0.234)
     ("wgrad", 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 64, 8, 3, 8192),  # conv2 one 0.456 ms (4096: 0.489)
     ("fwd", 512, 256, 13, 13, 192, 3, 3, 1, 1, 1): (256, 128, 64, 8, 4, 4096),  # conv3 split 0.206 ms (rule 0.264)
     ("dgrad", 512, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 128, 64, 4, 3, 4096),  # conv3 split 0.157 ms (rule 0.189)
     ("wgrad", 512, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # conv3 split 0.165 ms (rule 0.185)
     ("fwd", 512, 192, 13, 13, 192, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # conv4 split 0.163 ms (rule 0.195)
-    ("fwd", 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (256, 128, 32, 8, 4, 4096),  # conv4 one: the split's tiles
     ("dgrad", 512, 192, 13, 13, 192, 3, 3, 1, 1, 1): (64, 256, 64, 4, 3, 4096),  # conv4 split 0.141 ms (rule 0.190)
-    ("dgrad", 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (64, 256, 64, 4, 3, 4096),  # conv4 one: the split's tiles
     ("wgrad", 512, 192, 13, 13, 192, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # conv4 split 0.156 ms (rule 0.160)
-    ("wgrad", 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (128, 256, 64, 8, 4, 4096),  # conv4 one: the split's tiles
     ("fwd", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 64, 64, 4, 3, 4096),  # conv5 split 0.096 ms (rule 0.106)
-    ("fwd", 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (128, 64, 64, 4, 3, 4096),  # conv5 one: the split's tiles
     ("dgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 256, 32, 4, 4, 4096),  # conv5 split 0.092 ms (rule 0.124)
-    ("dgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 256, 32, 4, 4, 4096),  # conv5 one: the split's tiles
     ("wgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 128, 32, 4, 4, 4096),  # conv5 split 0.102 ms (rule 0.107)
-    ("wgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (128, 128, 32, 4, 4, 4096),  # conv5 one: the split's tiles
     ("fwd", 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv1 one 0.397 ms (rule 0.451)
     ("wgrad", 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (128, 128, 64, 8, 3, 4096),  # conv1 one 0.295 ms (rule 0.295)
     ("fwd", 512, 256, 13, 13, 384, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv3 one 0.317 ms (rule 0.359)
@@ -77,24 +60,15 @@ TUNED = {
     ("fwd", 1024, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 256, 32, 4, 3, 4096),  # conv1 split 0.517 ms (rule 0.533)
     ("wgrad", 1024, 3, 224, 224, 48, 11, 11, 4, 2, 1): (128, 64, 64, 4, 4, 4096),  # conv1 split 0.431 ms (rule 0.496)
     ("fwd", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv2 split 0.495 ms (rule 0.592)
-    ("fwd", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 32, 4, 3, 4096),  # conv2 one: the split's tiles
     ("dgrad", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 1): (64, 256, 32, 4, 4, 4096),  # conv2 split 0.632 ms (rule 0.735)
-    ("dgrad", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 2): (64, 256, 32, 4, 4, 4096),  # conv2 one: the split's tiles
     ("wgrad", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 1): (128, 128, 64, 8, 3, 4096),  # conv2 split 0.452 ms (rule 0.452)
-    ("wgrad", 1024, 48, 27, 27, 128, 5, 5, 1, 2, 2): (128, 128, 64, 8, 3, 4096),  # conv2 one: the split's tiles
     ("fwd", 1024, 256, 13, 13, 192, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # conv3 split 0.358 ms (rule 0.424)
     ("dgrad", 1024, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 128, 64, 4, 3, 4096),  # conv3 split 0.281 ms (rule 0.347)
     ("wgrad", 1024, 256, 13, 13, 192, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv3 split 0.320 ms (rule 0.362)
     ("fwd", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # conv4 split 0.288 ms (rule 0.322)
-    ("fwd", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 2): (256, 128, 32, 8, 4, 4096),  # conv4 one: the split's tiles
     ("dgrad", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 1): (64, 256, 32, 4, 3, 4096),  # conv4 split 0.261 ms (rule 0.356)
-    ("dgrad", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 2): (64, 256, 32, 4, 3, 4096),  # conv4 one: the split's tiles
     ("wgrad", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv4 split 0.259 ms (rule 0.302)
-    ("wgrad", 1024, 192, 13, 13, 192, 3, 3, 1, 1, 2): (128, 256, 64, 8, 3, 4096),  # conv4 one: the split's tiles
     ("fwd", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 128, 64, 8, 3, 4096),  # conv5 split 0.162 ms (rule 0.177)
-    ("fwd", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 2): (128, 128, 64, 8, 3, 4096),  # conv5 one: the split's tiles
     ("dgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 256, 32, 4, 4, 4096),  # conv5 split 0.171 ms (rule 0.230)
-    ("dgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 256, 32, 4, 4, 4096),  # conv5 one: the split's tiles
     ("wgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 128, 64, 4, 3, 4096),  # conv5 split 0.169 ms (rule 0.180)
-    ("wgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 128, 64, 4, 3, 4096),  # conv5 one: the split's tiles
 }

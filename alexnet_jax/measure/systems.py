@@ -116,7 +116,7 @@ def build(system: System, config, devices: int | None = None) -> Step:
   dropout_key = jax.random.key(1)
   batch = setup.batch_rows.put(host_batch)
   if system.layout == "pmap":
-    state, batch = pmap.stepping(setup).enter(create(key)), pmap.rows(setup.mesh, batch)
+    state, batch = pmap.stack(setup.mesh, create(key)), pmap.rows(setup.mesh, batch)
     return Step(setup, pmap.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
                 dropout_key)
   step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
