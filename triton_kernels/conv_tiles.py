@@ -15,6 +15,10 @@ conv2's two-group filter gradient at 512: 2026-12-02, commit 7663d41, the candid
 (docs/results/tune_kernels_2026-12-02_conv2_wgrad_columns_b512.json):
   python3 scripts/tune_kernels.py --config configs/alexnet_1gpu.py --batch 512 --placements one --kernels wgrad
       --layers conv2 --wgrad_columns 8192,16384 --workers 6
+conv4's and conv5's two-group kernels at 512 where the best beat the tiles they fell back to by more than 3 %:
+2026-12-02, commit be5a065, timed chained (docs/results/tune_kernels_2026-12-02_conv{4,5}_one_b512.json):
+  python3 scripts/tune_kernels.py --config configs/alexnet_1gpu.py --batch 512 --placements one
+      --kernels fwd,dgrad,wgrad --layers conv4 --wgrad_columns 8192,16384 --workers 6   (and conv5)
 """
 
 TUNED = {
@@ -52,6 +56,9 @@ TUNED = {
     ("fwd", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 64, 64, 4, 3, 4096),  # conv5 split 0.096 ms (rule 0.106)
     ("dgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 256, 32, 4, 4, 4096),  # conv5 split 0.092 ms (rule 0.124)
     ("wgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 128, 32, 4, 4, 4096),  # conv5 split 0.102 ms (rule 0.107)
+    ("dgrad", 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (64, 256, 32, 4, 3, 4096),  # conv4 one 0.260 ms (was 0.278)
+    ("fwd", 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (128, 128, 64, 4, 3, 4096),  # conv5 one 0.170 ms (was 0.187)
+    ("wgrad", 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (64, 128, 64, 4, 3, 4096),  # conv5 one 0.174 ms (was 0.211)
     ("fwd", 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (128, 128, 32, 4, 3, 4096),  # conv1 one 0.397 ms (rule 0.451)
     ("wgrad", 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (128, 128, 64, 8, 3, 4096),  # conv1 one 0.295 ms (rule 0.295)
     ("fwd", 512, 256, 13, 13, 384, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # conv3 one 0.317 ms (rule 0.359)
