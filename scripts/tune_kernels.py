@@ -4,7 +4,7 @@ is from the best of a grid of launches (what the rules' constants in triton_kern
 checked against on another GPU or network).
 
   python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
-      [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd] [--layers conv1,lrn1] [--placements split,one]
+      [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd,lrn_pool_fwd,lrn_pool_bwd] [--layers conv1,lrn1] [--placements split,one]
       [--wgrad_columns 8192,16384] [--json OUT.json]
 
 Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
@@ -38,7 +38,7 @@ cli.define_config("a configs/*.py file: its network (and image size)")
 flags.DEFINE_integer("batch", 512, "images per device")
 flags.DEFINE_string("dtype", "bfloat16", "the activations' dtype: the table is for 16-bit ones")
 CONV_KERNELS = ("fwd", "dgrad", "wgrad")
-MAP_KERNELS = ("lrn_fwd", "lrn_bwd", "pool_fwd", "pool_bwd")
+MAP_KERNELS = ("lrn_fwd", "lrn_bwd", "pool_fwd", "pool_bwd", "lrn_pool_fwd", "lrn_pool_bwd")
 flags.DEFINE_list("kernels", [*CONV_KERNELS, *MAP_KERNELS], "which kernels")
 flags.DEFINE_list("layers", [], "which conv, LRN and pool layers (default: all)")
 flags.DEFINE_list("placements", ["split", "one"], "split: a tower per device; one: every tower on one device")
@@ -96,9 +96,12 @@ def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[s
 
 def map_candidates(kernel: str, group_channels: int):
   """Launches worth timing, the rule first (no overrides), as (name, value) pairs of the launch function's keywords:
-  LRN 256–2048 positions per program × 1–6 chunks of each group's channels; pool 1–16 elements per thread × 2, 4 or
-  8 warps."""
-  if kernel.startswith("lrn"):
+  LRN 256–2048 positions per program × 1–6 chunks of each group's channels (an LRN and its pool as one: 128–1024
+  pooled outputs or positions); pool 1–16 elements per thread × 2, 4 or 8 warps."""
+  if kernel.startswith("lrn_pool"):
+    grid = [(("block", b), ("chunks", c)) for b in (128, 256, 512, 1024) for c in (1, 2, 3, 4, 6)
+            if c <= group_channels]
+  elif kernel.startswith("lrn"):
     grid = [(("block", b), ("chunks", c)) for b in (256, 512, 1024, 2048) for c in (1, 2, 3, 4, 6)
             if c <= group_channels]
   else:
@@ -121,6 +124,7 @@ def jobs_for(table, image_size, args):
   """[(kernel, key, [(placement, layer)], shape, tiles)] in a stable order, one per distinct key and candidate."""
   from triton_kernels import conv  # noqa: PLC0415
 
+  pool_after = {a.name: b for a, b in zip(table.layers, table.layers[1:]) if b.kind == "pool"}
   first_conv = next(layer.name for layer in table.layers if layer.kind == "conv")
   found = {}
   for placement, s in device_convs(table, image_size, args.batch, args.placements):
@@ -135,8 +139,12 @@ def jobs_for(table, image_size, args):
     if args.layers and layer.name not in args.layers:
       continue
     for kernel in (k for k in args.kernels if k.split("_")[0] == layer.kind):
+      fused = kernel.startswith("lrn_pool")  # an LRN and the pool after it, as the network runs them
+      if fused and layer.name not in pool_after:
+        continue
       key = (kernel, *shape, groups)
-      found.setdefault(key, (kernel, (layer, shape, groups), []))[2].append(f"{layer.name} {placement}")
+      job = (layer, shape, groups, pool_after[layer.name] if fused else None)
+      found.setdefault(key, (kernel, job, []))[2].append(f"{layer.name} {placement}")
   jobs = []
   for key, (kernel, s, names) in found.items():
     tiles = (candidates(kernel, s, tuple(map(int, args.wgrad_columns))) if kernel in CONV_KERNELS
@@ -146,18 +154,30 @@ def jobs_for(table, image_size, args):
   return jobs
 
 
-def _map_function(kernel, layer, shape, groups, dtype, mode, options):
-  """(function, random operands, bytes it moves) of one LRN or pool kernel with launch overrides `options`."""
+def _map_function(kernel, dtype, mode, options, layer, shape, groups, pool):
+  """(function, random operands, bytes it moves) of one LRN or pool kernel (or of an LRN and its `pool` as one) with
+  launch overrides `options`."""
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 
   from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD  # noqa: PLC0415
+  from alexnet_jax.ops.lrn_pool import LRN_POOL_BWD, LRN_POOL_FWD  # noqa: PLC0415
   from alexnet_jax.ops.pool import POOL_BWD, POOL_FWD  # noqa: PLC0415
-  from triton_kernels import pool  # noqa: PLC0415
+  from triton_kernels.pool import pooled_shape  # noqa: PLC0415
 
   kx, kd = jax.random.split(jax.random.key(0))
   x = (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
   size = x.size * x.dtype.itemsize
+  if kernel.startswith("lrn_pool"):
+    params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
+                  size=pool.size, stride=pool.stride, launch=options)
+    pooled = pooled_shape(shape, pool.size, pool.stride)
+    moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices
+    if kernel == "lrn_pool_fwd":
+      return jax.jit(lambda x: LRN_POOL_FWD(x, **params)[0]), (x,), size + moved
+    dy = jax.random.normal(kd, pooled, dtype)
+    idx = jax.random.randint(kd, pooled, 0, pool.size * pool.size).astype(jnp.int8)
+    return jax.jit(lambda x, dy, idx: LRN_POOL_BWD(x, dy, idx, **params)[0]), (x, dy, idx), 2 * size + moved
   if kernel.startswith("lrn"):  # with the ReLU of the conv before it, as AlexNet's LRNs run
     params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
                   launch=options)
@@ -166,7 +186,7 @@ def _map_function(kernel, layer, shape, groups, dtype, mode, options):
     dy = jax.random.normal(kd, shape, dtype)
     return jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]), (x, dy), 3 * size
   params = dict(mode=mode, size=layer.size, stride=layer.stride, launch=options)
-  pooled = pool.pooled_shape(shape, layer.size, layer.stride)
+  pooled = pooled_shape(shape, layer.size, layer.stride)
   moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices
   if kernel == "pool_fwd":
     return jax.jit(lambda x: POOL_FWD(x, **params)[0]), (x,), size + moved
@@ -230,7 +250,7 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
   def function(kernel, s, tiles):
     if kernel in CONV_KERNELS:
       return conv_function(kernel, s, tiles)
-    return _map_function(kernel, *s, dtype, mode, tiles)
+    return _map_function(kernel, dtype, mode, tiles, *s)
 
   def rule_of(kernel, s):
     return conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups) if kernel in CONV_KERNELS else ()

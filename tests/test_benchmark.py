@@ -161,7 +161,7 @@ def test_bench_end_to_end_needs_a_store():
 def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   out = tmp_path / "tune.json"
   run = script("tune_kernels.py", *SMALL, "--batch=2", "--dtype=float16", "--mode=interpret",
-               "--layers=conv5,lrn2,pool5", "--kernels=fwd,lrn_bwd,pool_fwd", "--placements=split,one",
+               "--layers=conv5,lrn2,pool5", "--kernels=fwd,lrn_bwd,pool_fwd,lrn_pool_bwd", "--placements=split,one",
                "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
@@ -175,13 +175,13 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
       ("conv5 one", 2, False), ("conv5 one", 2, True), ("conv5 split", 1, False), ("conv5 split", 1, True)]
   for r in rows["fwd"]:
     assert len(r["layers"]) == 1 and r["key"][:2] == ["fwd", 2] and r["error"] <= 2.0 ** -6
-  # an LRN or pool tower apart and the towers side by side: two keys, each its rule (no overrides) and one launch,
-  # which computes the very same numbers
-  for kernel, layer in (("lrn_bwd", "lrn2"), ("pool_fwd", "pool5")):
+  # an LRN or pool (or an LRN and its pool as one) tower apart and the towers side by side: two keys, each its rule
+  # (no overrides) and one launch, which computes the very same numbers
+  for kernel, layer in (("lrn_bwd", "lrn2"), ("pool_fwd", "pool5"), ("lrn_pool_bwd", "lrn2")):
     assert sorted(r["layers"][0] for r in rows[kernel]) == [f"{layer} one"] * 2 + [f"{layer} split"] * 2
     assert sorted(len(r["tiles"]) for r in rows[kernel]) == [0, 0, 2, 2] and all(r["error"] == 0 for r in rows[kernel])
   assert sorted((b["kernel"], b["tried"]) for b in result["best"]) == [("fwd", 2)] * 2 + [("lrn_bwd", 2)] * 2 + [
-      ("pool_fwd", 2)] * 2
+      ("lrn_pool_bwd", 2)] * 2 + [("pool_fwd", 2)] * 2
   for best in (b for b in result["best"] if b["kernel"] == "fwd"):
     assert best["best_ms"] == min(r["ms"] for r in rows["fwd"] if r["key"] == best["key"])
     assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py

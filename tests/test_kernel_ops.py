@@ -31,6 +31,11 @@ OPS = {
     "conv_lrn_relu": (lambda be: lambda x, w, b: ops.lrn(ops.conv2d(x, w, b, padding=2, groups=2, backend=be),
                                                          groups=2, relu=True, backend=be),
                       (rand(6, 9, 9, 3), rand(3, 5, 5, 8, scale=0.2), rand(8))),
+    # an LRN and the pool after it as one op, the conv's ReLU in it (model.py: conv1 and conv2)
+    "conv_lrn_pool_relu": (lambda be: lambda x, w, b: ops.lrn_max_pool(
+        ops.conv2d(x, w, b, padding=2, groups=2, backend=be), groups=2, relu=True, backend=be),
+                           (rand(6, 11, 9, 3), rand(3, 5, 5, 8, scale=0.2), rand(8))),
+    "lrn_max_pool": (lambda be: lambda x: ops.lrn_max_pool(x, groups=2, backend=be), (rand(8, 9, 7, 33, scale=40),)),
     # and into the pool after it (model.py: conv5, and VGG's last conv of each block)
     "conv_pool_relu": (lambda be: lambda x, w, b: ops.max_pool(ops.conv2d(x, w, b, padding=1, groups=2, backend=be),
                                                                relu=True, backend=be),
@@ -57,7 +62,7 @@ def test_primitive_matches_xla_forward_and_gradient(name):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(jnp.abs(w).max()))
 
 
-@pytest.mark.parametrize("name", ["conv_grouped_relu", "max_pool", "lrn"])
+@pytest.mark.parametrize("name", ["conv_grouped_relu", "max_pool", "lrn", "lrn_max_pool"])
 def test_vmap_folds_into_the_image_axis(name):
   make, args = OPS[name]
   stacked = jnp.stack([args[0], 2 * args[0]])
@@ -86,6 +91,7 @@ def test_primitives_inside_shard_map_with_check_vma():
     def local(x, w):
       y = ops.conv2d(x, w, padding=1, relu=True, backend=backend)
       y = ops.lrn(ops.max_pool(y, backend=backend), backend=backend)
+      y = ops.lrn_max_pool(y, backend=backend)
       return jax.lax.psum((y ** 2).sum(), "data")
 
     return jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, None, "data"), P()), out_specs=P(),

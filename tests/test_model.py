@@ -123,15 +123,15 @@ def test_lrn_constants_come_from_the_layer():
 
 def test_conv_before_an_lrn_or_pool_leaves_its_relu_to_that_layers_kernels():
   # conv1 and conv2 feed LRNs, conv5 a pool: their kernels write the conv without ReLU, the LRN and pool kernels
-  # apply it (forward) and mask the gradient as they write it (backward); conv3 and conv4 keep theirs. What the
-  # layers output is unchanged.
+  # apply it (forward) and mask the gradient as they write it (backward); conv3 and conv4 keep theirs. Each LRN and
+  # the pool after it are one op. What the layers output is unchanged.
   net = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="interpret")
   x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
   params = jax.jit(net.init)(jax.random.key(1), x)
   jaxpr = jax.make_jaxpr(lambda p: net.apply(p, x))(params)
   calls = [(e.primitive.name, e.params["relu"]) for e in equations(jaxpr.jaxpr)
-           if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd", "chwn_max_pool_fwd")]
-  norm = [("chwn_conv_fwd", False), ("chwn_lrn_fwd", True), ("chwn_max_pool_fwd", False)]
+           if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd", "chwn_max_pool_fwd", "chwn_lrn_max_pool_fwd")]
+  norm = [("chwn_conv_fwd", False), ("chwn_lrn_max_pool_fwd", True)]
   want = norm * 2 + [("chwn_conv_fwd", True)] * 2 + [("chwn_conv_fwd", False), ("chwn_max_pool_fwd", True)]
   assert calls == want, calls
   logits, state = jax.jit(lambda p: net.apply(p, x, mutable=["intermediates"]))(params)

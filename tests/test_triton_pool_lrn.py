@@ -1,4 +1,4 @@
-"""Max-pool and LRN Triton kernels on the CPU interpreter against float64 numpy references, CHWN throughout.
+"""Max-pool, LRN and LRN-then-pool Triton kernels on the CPU interpreter against float64 numpy references, CHWN.
 
 Outputs live inside NaN-filled buffers with guard cells on both sides: every element must be written, and nothing
 outside. bfloat16 is left to the GPU tests: the interpreter's bf16 arithmetic is broken (triton#11584).
@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported, in 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from triton_kernels import lrn, pool  # noqa: E402
+from triton_kernels import lrn, lrn_pool, pool  # noqa: E402
 from triton_kernels.interpret import run  # noqa: E402
 
 GUARD = 64
@@ -303,3 +303,50 @@ def test_lrn_of_relu_keeps_nan_and_zeroes_negative_infinity():
   assert np.isnan(y[4, 1, 0, 2]) and y[8, 0, 1, 1] == 0 and dx[4, 1, 0, 2] == 0 and dx[8, 0, 1, 1] == 0
   np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_y)))
   np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6 * np.nanmax(np.abs(want_dx)))
+
+
+# ---- LRN then max-pool, one kernel each way ----
+
+def run_lrn_pool(x, dy, groups, size, k, alpha, beta, pool_size, stride, relu):
+  lrn_args = (x.shape, groups, size, k, alpha, beta)
+  shape = pool.pooled_shape(x.shape, pool_size, stride)
+  (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
+  run(lrn_pool.lrn_pool_fwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu), x, y, idx)
+  dx, dbuf = poisoned(x.shape, x.dtype)
+  run(lrn_pool.lrn_pool_bwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu), x, dy, idx, dx)
+  for buf in (ybuf, ibuf, dbuf):
+    untouched(buf)
+  return y, idx, dx
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,groups,size,pool_size,stride", [
+    ((12, 13, 13, 5), 2, 5, 3, 2),  # the paper's layers: two towers, overlapping 3×3/2
+    ((7, 9, 8, 33), 1, 4, 2, 2),  # even LRN window, C prime, ragged batch; the last column lies in no window
+    ((6, 7, 9, 3), 3, 5, 3, 1),  # a window wider than the 2-channel group; stride 1
+])
+def test_lrn_pool_is_the_pool_of_the_lrn(shape, groups, size, pool_size, stride, dtype, relu):
+  rng = np.random.default_rng(sum(shape) + size)
+  x = (rng.normal(size=shape) * 40).astype(dtype)
+  lrn_args = (groups, size, 2.0, 1e-4, 0.75)
+  # The layers apart, as the network ran them: the LRN's output, rounded to x's dtype, is what the pool compares.
+  normalised, _ = run_lrn(x, np.zeros_like(x), *lrn_args, relu)
+  want_y, want_idx = run_pool(normalised, pool_size, stride)
+  dy = rng.normal(size=want_y.shape).astype(dtype)
+  y, idx, dx = run_lrn_pool(x, dy, *lrn_args, pool_size, stride, relu)
+  np.testing.assert_array_equal(y, want_y)
+  np.testing.assert_array_equal(idx, want_idx)
+  # The gradient: through the pool's choices, then the LRN's (and the ReLU's), in float64.
+  x64 = x.astype(np.float64)
+  a = np.maximum(x64, 0) if relu else x64
+  want_dx = lrn_bwd_numpy(a, pool_bwd_numpy(dy.astype(np.float64), want_idx, shape, pool_size, stride), *lrn_args)
+  want_dx = np.where(x64 > 0, want_dx, 0) if relu else want_dx
+  assert np.isfinite(dx).all()
+  tol = TOL[dtype]
+  np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
+
+
+def test_lrn_pool_launch_refuses_a_window_larger_than_the_map():
+  with pytest.raises(ValueError, match="pool size 3"):
+    lrn_pool.lrn_pool_fwd_launch((4, 2, 5, 8), 1, 5, 2.0, 1e-4, 0.75, 3, 2, "float32")

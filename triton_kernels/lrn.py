@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from triton_kernels import pool
 from triton_kernels.launch import Launch
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -42,7 +43,7 @@ def _channel(ptr, c, live, CG: tl.constexpr, P: tl.constexpr):
 
 
 @triton.jit
-def _input(ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr):
+def channel_input(ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr):
   """Channel c of the LRN's input: x, or with RELU the ReLU of x (NaN stays NaN, as the conv kernel's and XLA's)."""
   v = _channel(ptr, c, live, CG, P)
   if RELU:
@@ -51,7 +52,7 @@ def _input(ptr, c, live, CG: tl.constexpr, P: tl.constexpr, RELU: tl.constexpr):
 
 
 @triton.jit
-def _denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
+def denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
   """K + ALPHA · Σ xs², xs being the SIZE channels of one window."""
   total = xs[0] * xs[0]
   for i in tl.static_range(1, SIZE):
@@ -60,7 +61,7 @@ def _denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _power(s, EXPONENT: tl.constexpr, FAST_LOG2: tl.constexpr):
+def power(s, EXPONENT: tl.constexpr, FAST_LOG2: tl.constexpr):
   """s^EXPONENT for s > 0, as exp2(EXPONENT · log2 s). FAST_LOG2: the GPU's own log2 (one lg2.approx instruction,
   2^-22 relative error, far below what bf16 or the float32 checks can see), where tl.log2 compiles to libdevice's
   correctly rounded log2f, a polynomial and a branch for every element of these otherwise light kernels. The
@@ -79,7 +80,7 @@ def _sum(ring, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
+def chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
   """(first channel, channels) of this program's chunk, and its positions: neighbouring programs hold the chunks of
   the same positions, so that one's halo is read from L2 where the other has just read it."""
   CH: tl.constexpr = (CG + CHUNKS - 1) // CHUNKS
@@ -94,7 +95,7 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
+  c0, ch, p = chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p  # pointer offsets to channel 0 of this group
   x_ptr += group
@@ -102,40 +103,64 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
   for i in tl.static_range(SIZE - 1):
-    xs = xs[1:] + (_input(x_ptr, c0 - BEFORE + i, live, CG, P, RELU),)
+    xs = xs[1:] + (channel_input(x_ptr, c0 - BEFORE + i, live, CG, P, RELU),)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
-    xs = xs[1:] + (_input(x_ptr, c + AFTER, live, CG, P, RELU),)
-    s = _denominator(xs, K, ALPHA, SIZE)
-    tl.store(y_ptr + c * P, (xs[BEFORE] * _power(s, -BETA, FAST_LOG2)).to(y_ptr.dtype.element_ty), mask=live)
+    xs = xs[1:] + (channel_input(x_ptr, c + AFTER, live, CG, P, RELU),)
+    s = denominator(xs, K, ALPHA, SIZE)
+    tl.store(y_ptr + c * P, (xs[BEFORE] * power(s, -BETA, FAST_LOG2)).to(y_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def _shares(xs, dy_ptr, j, live, CG: tl.constexpr, P: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr,
-            ALPHA: tl.constexpr, BETA: tl.constexpr, FAST_LOG2: tl.constexpr):
-  """g[j] = dy[j]·s[j]^−BETA and g[j]·x[j]/s[j] for channel j, xs holding j's window; both 0 outside the group,
-  whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
-  s = _denominator(xs, K, ALPHA, SIZE)
-  g = _channel(dy_ptr, j, live, CG, P) * _power(s, -BETA, FAST_LOG2)
+def _gradient(dy_ptr, idx_ptr, j, live, windows, CG: tl.constexpr, P: tl.constexpr, PLANE: tl.constexpr,
+              POOL: tl.constexpr, POOL_STRIDE: tl.constexpr):
+  """dy of channel j at this program's positions in float32, 0 outside the group: read, or with POOL > 0 gathered
+  from the gradient of the max-pool after the LRN (dy_ptr, its pooled planes of PLANE elements, and idx_ptr, its
+  choices), as its backward kernel does (pool.routed_gradient)."""
+  if POOL == 0:
+    g = _channel(dy_ptr, j, live, CG, P)
+  else:
+    g = pool.routed_gradient(dy_ptr + j * PLANE, idx_ptr + j * PLANE, windows, live & (j >= 0) & (j < CG), POOL,
+                             POOL_STRIDE)
+  return g
+
+
+@triton.jit
+def _shares(xs, g, j, CG: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr,
+            BETA: tl.constexpr, FAST_LOG2: tl.constexpr):
+  """dy[j]·s[j]^−BETA and that times x[j]/s[j] for channel j, g being dy[j] and xs j's window; both 0 outside the
+  group, whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
+  s = denominator(xs, K, ALPHA, SIZE)
+  g = g * power(s, -BETA, FAST_LOG2)
   inside = (j >= 0) & (j < CG)
   return tl.where(inside, g, 0.0), tl.where(inside, g * xs[SIZE // 2] / s, 0.0)
 
 
 @triton.jit
-def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
-                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
+def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
+                 SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
+                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr, POOL: tl.constexpr,
+                 POOL_STRIDE: tl.constexpr, W: tl.constexpr, N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr):
+  """The backward of the LRN, or with POOL > 0 (the pool's window side and stride) of the LRN and the max-pool after
+  it: dy is then the pool's gradient, (C, OH, OW, N), and idx_ptr its choices (_gradient)."""
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
   # the mirror image of the forward window, [c − AFTER, c + BEFORE]: lopsided the other way when SIZE is even.
   # Reading channel e gives s and g of j = e − AFTER, and with them the last term dx[c = j − BEFORE] needs.
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  c0, ch, p = _chunk(BLOCK, CHUNKS, CG)
+  PLANE: tl.constexpr = OH * OW * N
+  c0, ch, p = chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p
   x_ptr += group
-  dy_ptr += group
   dx_ptr += group
+  if POOL == 0:
+    dy_ptr += group
+    windows = ((), (), ())
+  else:
+    dy_ptr += tl.program_id(1) * CG * PLANE
+    idx_ptr += tl.program_id(1) * CG * PLANE
+    windows = pool.covering_windows(p // (W * N), p // N % W, p % N, OH, OW, N, POOL, POOL_STRIDE)
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
@@ -143,13 +168,15 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
   # The first SIZE − 1 reads only fill xs; the next SIZE − 1 fill gs and terms (at c0 = 0 the first read nothing).
   for i in tl.static_range(2 * (SIZE - 1)):
     e = c0 - SIZE + 1 + i
-    xs = xs[1:] + (_input(x_ptr, e, live, CG, P, RELU),)
-    g, term = _shares(xs, dy_ptr, e - AFTER, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
+    xs = xs[1:] + (channel_input(x_ptr, e, live, CG, P, RELU),)
+    dy = _gradient(dy_ptr, idx_ptr, e - AFTER, live, windows, CG, P, PLANE, POOL, POOL_STRIDE)
+    g, term = _shares(xs, dy, e - AFTER, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
-    xs = xs[1:] + (_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
-    g, term = _shares(xs, dy_ptr, c + BEFORE, live, CG, P, SIZE, K, ALPHA, BETA, FAST_LOG2)
+    xs = xs[1:] + (channel_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
+    dy = _gradient(dy_ptr, idx_ptr, c + BEFORE, live, windows, CG, P, PLANE, POOL, POOL_STRIDE)
+    g, term = _shares(xs, dy, c + BEFORE, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
     dx = gs[0] - 2.0 * ALPHA * BETA * xs[0] * _sum(terms, SIZE)
@@ -158,7 +185,18 @@ def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROU
     tl.store(dx_ptr + c * P, dx.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks):
+@triton.jit
+def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
+                   SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
+  lrn_bwd_walk(x_ptr, dy_ptr, dy_ptr, dx_ptr, C, P, GROUPS, SIZE, K, ALPHA, BETA, RELU, BLOCK, CHUNKS, FAST_LOG2,
+               0, 1, 1, 1, 1, 1)
+
+
+def launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks, positions=None,
+           **constexprs) -> Launch:
+  """The grid of an LRN's walk down the channels: blocks of `positions` (default H·W·N) times channel chunks (a
+  rule's, up to `programs` programs, or `chunks`), times groups."""
   c, h, w, n = shape
   if dtype_name not in ITEMSIZE:
     raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
@@ -167,13 +205,14 @@ def _launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block
   if c * h * w * n >= 2**31:
     raise ValueError("lrn: offsets are int32; split the batch")
   p = h * w * n
+  blocks = triton.cdiv(positions or p, block)
   if chunks is None:
-    chunks = min(MAX_CHUNKS, triton.cdiv(programs, triton.cdiv(p, block) * groups))
+    chunks = min(MAX_CHUNKS, triton.cdiv(programs, blocks * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
                     RELU=bool(relu), BLOCK=block, CHUNKS=chunks,
-                    FAST_LOG2=os.environ.get("TRITON_INTERPRET") != "1")
-  return Launch(kernel, grid=(triton.cdiv(p, block) * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
+                    FAST_LOG2=os.environ.get("TRITON_INTERPRET") != "1", **constexprs)
+  return Launch(kernel, grid=(blocks * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
@@ -182,7 +221,7 @@ def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: 
   before it leaves its ReLU to this kernel). block (positions per program, a power of two) and chunks (programs per
   group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has FWD_PROGRAMS."""
   block = block or 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
-  return _launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
+  return launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
@@ -190,4 +229,4 @@ def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: 
   """shape is x's (C, H, W, N); the forward's grid; relu as the forward's, its gradient included. The rule: four
   elements per thread (x, dy and the window's state of each in registers), chunks until the grid has BWD_PROGRAMS."""
   block = block or 4 * 32 * NUM_WARPS
-  return _launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)
+  return launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)

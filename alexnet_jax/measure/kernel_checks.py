@@ -33,6 +33,9 @@ class Case:
   name: str  # the layer, e.g. 'conv1', 'pool2'
   op: Callable  # op(*arrays, backend=…)
   shapes: tuple  # the operands' shapes: image (and filters, bias)
+  # reference(*arrays, dtype=…) in float64 where the kernel rounds an intermediate to the compute dtype before it
+  # decides something: a pool after an LRN compares the normalised values as rounded. Default: op's XLA reference.
+  reference: Callable | None = None
 
 
 def cases(batch: int) -> list[Case]:
@@ -42,6 +45,7 @@ def cases(batch: int) -> list[Case]:
 def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
   """Each conv, pool and LRN of a table at one tower's shapes, with the layer's own geometry and constants."""
   found = []
+  following = {a.name: b for a, b in zip(table.layers, table.layers[1:])}
   for s in tower_convs(table, image_size, batch):
     # No ReLU here: where a float32 output lands within rounding of zero, its mask (and so its gradient) may
     # differ from float64's, which measures the mask, not the kernels. The fused ReLU is tested on the CPU.
@@ -57,7 +61,19 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
     found.append(Case(name, op, (shape,)))
     # With the ReLU of the conv before it, as the model runs it; its mask reads the input itself, exact everywhere.
     found.append(Case(f"{name}+relu", functools.partial(op, relu=True), (shape,)))
+    pool = following.get(name)
+    if pool is not None and pool.kind == "pool":  # as the model runs them: one op (ops.lrn_max_pool)
+      lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
+                 groups=1, relu=True)
+      fused = functools.partial(ops.lrn_max_pool, size=pool.size, stride=pool.stride, **lrn)
+      reference = functools.partial(_pool_of_rounded_lrn, lrn=lrn, size=pool.size, stride=pool.stride)
+      found.append(Case(f"{name}+relu+{pool.name}", fused, (shape,), reference))
   return found
+
+
+def _pool_of_rounded_lrn(x, *, dtype, lrn, size, stride):
+  normalised = ops.lrn(x, backend="xla", **lrn)
+  return ops.max_pool(normalised.astype(dtype).astype(x.dtype), size=size, stride=stride, backend="xla")
 
 
 def rel(out, ref) -> float:
@@ -83,7 +99,9 @@ def check(case: Case, backend: str, key, precisions=tuple(PRECISIONS)) -> list[d
       grads = vjp(cot.astype(dtype))
     with jax.enable_x64(True):
       as64 = lambda a: jnp.asarray(np.asarray(a, np.float64))  # noqa: E731
-      ref_y, ref_vjp = jax.vjp(lambda *a: case.op(*a, backend="xla"), *map(as64, rounded))
+      reference = (functools.partial(case.reference, dtype=dtype) if case.reference else
+                   functools.partial(case.op, backend="xla"))
+      ref_y, ref_vjp = jax.vjp(reference, *map(as64, rounded))
       ref_g = ref_vjp(as64(cot.astype(dtype)))
     outs = dict(zip(["fwd", "dx", "dw", "db"], [y, *grads]))
     refs = dict(zip(["fwd", "dx", "dw", "db"], [ref_y, *ref_g]))

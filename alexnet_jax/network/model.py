@@ -34,6 +34,15 @@ def _fan_in(shape, split: str) -> int:
   return shape[0] * shape[1] if split == "sum" else shape[1]
 
 
+def _pool_after(plan, i: int) -> Layer | None:
+  """Layer i + 1, if it is a max-pool that takes layer i's output as it lies (no read, no gather between them)."""
+  if i + 1 < len(plan.layers):
+    after = plan.layers[i + 1]
+    if after.layer.kind == "pool" and not after.read and not after.gather_batch:
+      return after.layer
+  return None
+
+
 class TowerWeights(nn.Module):
   """Kernel and bias of one layer; the bias of a split='sum' layer has no tower axis."""
 
@@ -77,6 +86,7 @@ class Network(nn.Module):
     activations = {}
     x = x.astype(self.dtype)
     relu_pending = False  # a conv left its ReLU to the LRN or pool after it
+    pooled = None  # an LRN's output pooled by the pool after it (ops.lrn_max_pool)
     for i, p in enumerate(plan.layers):
       layer = p.layer
       with jax.named_scope(layer.name):
@@ -95,9 +105,19 @@ class Network(nn.Module):
         elif layer.kind == "fc":
           x = self._fc(p, x)
         elif layer.kind == "lrn":
-          x = ops.lrn(x, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
-                      alpha_over_n=layer.alpha_over_n, groups=p.blocks, relu=relu_pending, backend=self.backend)
+          lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
+                     groups=p.blocks, relu=relu_pending, backend=self.backend)
+          pool = _pool_after(plan, i)
+          if pool:
+            # One op for both: the normalised map, the largest array of the step, never leaves its kernels. The
+            # LRN's output alone is computed only where the intermediates are kept.
+            pooled = ops.lrn_max_pool(x, size=pool.size, stride=pool.stride, **lrn)
+            x = ops.lrn(x, **lrn) if self.is_mutable_collection("intermediates") else None
+          else:
+            x = ops.lrn(x, **lrn)
           relu_pending = False
+        elif layer.kind == "pool" and pooled is not None:
+          x, pooled = pooled, None
         elif layer.kind == "pool":
           x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
           relu_pending = False

@@ -34,6 +34,7 @@ def triton_kernels():
     import triton_kernels.conv  # noqa: PLC0415
     import triton_kernels.crops  # noqa: PLC0415
     import triton_kernels.lrn  # noqa: PLC0415
+    import triton_kernels.lrn_pool  # noqa: PLC0415
     import triton_kernels.pool  # noqa: PLC0415
   except ModuleNotFoundError as e:  # a ValueError: the scripts report it in one line, as a config's
     raise ValueError(f"the Triton kernels need {e.name}: pip install -e '.[gpu]' (or run with "

@@ -79,12 +79,16 @@ def _lrn_kernel_bwd(params, mode, x, dy):
 _lrn_kernel.defvjp(_lrn_kernel_fwd, _lrn_kernel_bwd)
 
 
+def check_groups(shape, groups):
+  if shape[0] % groups:
+    raise ValueError(f"lrn: {shape[0]} channels do not split into {groups} groups")
+
+
 def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, backend="auto"):
   """x (C, H, W, N) → same shape; each of `groups` consecutive channel blocks is normalised on its own. relu:
   normalise ReLU(x), the ReLU of the conv before (which then leaves it out): its gradient comes from the LRN's
   backward kernel, sparing the conv's backward a pass over its output to mask the gradient."""
-  if x.shape[0] % groups:
-    raise ValueError(f"lrn: {x.shape[0]} channels do not split into {groups} groups")
+  check_groups(x.shape, groups)
   reference = functools.partial(lrn_reference, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n,
                                 groups=groups, relu=relu)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),

@@ -117,12 +117,16 @@ def _max_pool_kernel_bwd(size, stride, relu, mode, residuals, dy):
 _max_pool_kernel.defvjp(_max_pool_kernel_fwd, _max_pool_kernel_bwd)
 
 
-def max_pool(x, *, size=3, stride=2, relu=False, backend="auto"):
-  """x (C, H, W, N) → (C, (H−size)//stride+1, (W−size)//stride+1, N), no padding, as cuda-convnet. relu: pool
-  ReLU(x), which the kernels do at no cost (the conv before the pool leaves its ReLU here: network/model.py)."""
-  _, h, w, _ = x.shape
+def check_window(shape, size):
+  _, h, w, _ = shape
   if h < size or w < size:
     raise ValueError(f"max_pool: a {h}×{w} map is smaller than the {size}×{size} window; the input image is too "
                      "small for this network")
+
+
+def max_pool(x, *, size=3, stride=2, relu=False, backend="auto"):
+  """x (C, H, W, N) → (C, (H−size)//stride+1, (W−size)//stride+1, N), no padding, as cuda-convnet. relu: pool
+  ReLU(x), which the kernels do at no cost (the conv before the pool leaves its ReLU here: network/model.py)."""
+  check_window(x.shape, size)
   return dispatch(backend, functools.partial(max_pool_reference, size=size, stride=stride, relu=relu),
                   lambda x, *, mode: _max_pool_kernel(x, size, stride, bool(relu), mode), x)

@@ -1,0 +1,81 @@
+"""An LRN and the max-pool after it as one op, CHWN in and out: max_pool(lrn(x)), AlexNet's first two layers' tail.
+
+The kernel path runs one kernel each way (triton_kernels/lrn_pool.py), so the normalised map, the largest array of
+the step, is neither written nor read back; it keeps x and the pool's choices for the backward, as the two ops apart
+keep between them. The reference is the two ops' references, one after the other.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from alexnet_jax.ops.backend import dispatch
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
+from alexnet_jax.ops.lrn import check_groups, lrn_reference
+from alexnet_jax.ops.pool import check_window, max_pool_reference
+from triton_kernels.launch import out_size
+
+
+def lrn_max_pool_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3,
+                           stride=2):
+  """XLA reference: ops.max_pool_reference of ops.lrn_reference."""
+  y = lrn_reference(x, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n, groups=groups, relu=relu)
+  return max_pool_reference(y, size=size, stride=stride)
+
+
+def _pooled(shape, size, stride):
+  c, h, w, n = shape
+  return c, out_size(h, size, stride), out_size(w, size, stride), n
+
+
+def _fwd_launch(x, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
+  """launch: (name, value) pairs overriding the kernel's launch rule (block, chunks), as scripts/tune_kernels.py
+  times them; the network passes none."""
+  return triton_kernels().lrn_pool.lrn_pool_fwd_launch(x.shape, groups, n, k, alpha, beta, size, stride,
+                                                       x.dtype.name, relu, **dict(launch))
+
+
+def _bwd_launch(x, dy, idx, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
+  return triton_kernels().lrn_pool.lrn_pool_bwd_launch(x.shape, groups, n, k, alpha, beta, size, stride,
+                                                       x.dtype.name, relu, **dict(launch))
+
+
+LRN_POOL_FWD = KernelPrimitive("chwn_lrn_max_pool_fwd", KernelSpec(
+    launch=_fwd_launch, batch_last=(0,),
+    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
+                                          jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
+LRN_POOL_BWD = KernelPrimitive("chwn_lrn_max_pool_bwd", KernelSpec(
+    launch=_bwd_launch, batch_last=(0, 1, 2),
+    outputs=lambda x, dy, idx, **_: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _lrn_max_pool_kernel(x, params, mode):
+  return LRN_POOL_FWD(x, mode=mode, **dict(params))[0]
+
+
+def _lrn_max_pool_kernel_fwd(x, params, mode):
+  y, idx = LRN_POOL_FWD(x, mode=mode, **dict(params))
+  return y, (x, idx)
+
+
+def _lrn_max_pool_kernel_bwd(params, mode, residuals, dy):
+  x, idx = residuals
+  return tuple(LRN_POOL_BWD(x, dy, idx, mode=mode, **dict(params)))
+
+
+_lrn_max_pool_kernel.defvjp(_lrn_max_pool_kernel_fwd, _lrn_max_pool_kernel_bwd)
+
+
+def lrn_max_pool(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3, stride=2,
+                 backend="auto"):
+  """max_pool(lrn(x)): x (C, H, W, N) → (C, (H−size)//stride+1, (W−size)//stride+1, N). k, n, alpha, beta,
+  alpha_over_n, groups and relu are ops.lrn's; size and stride ops.max_pool's."""
+  check_groups(x.shape, groups)
+  check_window(x.shape, size)
+  reference = functools.partial(lrn_max_pool_reference, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n,
+                                groups=groups, relu=relu, size=size, stride=stride)
+  params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
+            ("beta", float(beta)), ("relu", bool(relu)), ("size", size), ("stride", stride))
+  return dispatch(backend, reference, lambda x, *, mode: _lrn_max_pool_kernel(x, params, mode), x)
