@@ -111,15 +111,16 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
 
 
 @triton.jit
-def _gradient(dy_ptr, idx_ptr, j, live, windows, CG: tl.constexpr, P: tl.constexpr, PLANE: tl.constexpr,
-              POOL: tl.constexpr, POOL_STRIDE: tl.constexpr):
+def _gradient(dy_ptr, idx_ptr, j, live, hwn, CG: tl.constexpr, P: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+              N: tl.constexpr, POOL: tl.constexpr, POOL_STRIDE: tl.constexpr):
   """dy of channel j at this program's positions in float32, 0 outside the group: read, or with POOL > 0 gathered
-  from the gradient of the max-pool after the LRN (dy_ptr, its pooled planes of PLANE elements, and idx_ptr, its
-  choices), as its backward kernel does (pool.routed_gradient)."""
+  from the gradient of the max-pool after the LRN (dy_ptr, (C, OH, OW, N), and idx_ptr, its choices) at positions
+  hwn = (h, w, n), as the pool's backward kernel does (pool.routed_gradient)."""
   if POOL == 0:
     g = _channel(dy_ptr, j, live, CG, P)
   else:
-    g = pool.routed_gradient(dy_ptr + j * PLANE, idx_ptr + j * PLANE, windows, live & (j >= 0) & (j < CG), POOL,
+    h, w, n = hwn
+    g = pool.routed_gradient(dy_ptr, idx_ptr, h, w, n, j * OH, live & (j >= 0) & (j < CG), OH, OW, N, POOL,
                              POOL_STRIDE)
   return g
 
@@ -148,7 +149,6 @@ def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexp
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2
   AFTER: tl.constexpr = (SIZE - 1) // 2
-  PLANE: tl.constexpr = OH * OW * N
   c0, ch, p = chunk(BLOCK, CHUNKS, CG)
   live = p < P
   group = tl.program_id(1) * CG * P + p
@@ -156,11 +156,11 @@ def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexp
   dx_ptr += group
   if POOL == 0:
     dy_ptr += group
-    windows = ((), (), ())
+    hwn = ()
   else:
-    dy_ptr += tl.program_id(1) * CG * PLANE
-    idx_ptr += tl.program_id(1) * CG * PLANE
-    windows = pool.covering_windows(p // (W * N), p // N % W, p % N, OH, OW, N, POOL, POOL_STRIDE)
+    dy_ptr += tl.program_id(1) * CG * OH * OW * N
+    idx_ptr += tl.program_id(1) * CG * OH * OW * N
+    hwn = (p // (W * N), p // N % W, p % N)
   zero = tl.zeros([BLOCK], tl.float32)
   xs = (zero,) * SIZE  # x of channels [j − BEFORE, j + AFTER] = [c, e]
   gs = (zero,) * (BEFORE + 1)  # g of channels [c, j]
@@ -169,13 +169,13 @@ def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexp
   for i in tl.static_range(2 * (SIZE - 1)):
     e = c0 - SIZE + 1 + i
     xs = xs[1:] + (channel_input(x_ptr, e, live, CG, P, RELU),)
-    dy = _gradient(dy_ptr, idx_ptr, e - AFTER, live, windows, CG, P, PLANE, POOL, POOL_STRIDE)
+    dy = _gradient(dy_ptr, idx_ptr, e - AFTER, live, hwn, CG, P, OH, OW, N, POOL, POOL_STRIDE)
     g, term = _shares(xs, dy, e - AFTER, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
   for c in range(c0, tl.minimum(c0 + ch, CG)):
     xs = xs[1:] + (channel_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
-    dy = _gradient(dy_ptr, idx_ptr, c + BEFORE, live, windows, CG, P, PLANE, POOL, POOL_STRIDE)
+    dy = _gradient(dy_ptr, idx_ptr, c + BEFORE, live, hwn, CG, P, OH, OW, N, POOL, POOL_STRIDE)
     g, term = _shares(xs, dy, c + BEFORE, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)

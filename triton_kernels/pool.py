@@ -52,38 +52,25 @@ def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr,
 
 
 @triton.jit
-def covering_windows(h, w, n, OH: tl.constexpr, OW: tl.constexpr, N: tl.constexpr, SIZE: tl.constexpr,
-                     STRIDE: tl.constexpr):
-  """The windows that may cover input (h, w, n), as three tuples of REACH² tensors: each window's offset in a pooled
-  channel plane ((oh·OW + ow)·N + n), the position kh·SIZE + kw the input has in it, and whether it exists."""
-  # Row h lies in the windows starting at rows h//STRIDE − a, a < REACH = ceil(SIZE/STRIDE), where it sits at kh < SIZE.
+def routed_gradient(dy_ptr, idx_ptr, h, w, n, first, live, OH: tl.constexpr, OW: tl.constexpr, N: tl.constexpr,
+                    SIZE: tl.constexpr, STRIDE: tl.constexpr):
+  """Σ dy over the windows that cover input (h, w, n) and chose it, in float32: dy and idx of the pooled plane that
+  starts at row `first` of dy_ptr's and idx_ptr's (C·OH rows of OW·N)."""
+  acc = tl.zeros(live.shape, tl.float32)
+  # Row h lies in the windows starting at rows h//STRIDE − a, a < ceil(SIZE/STRIDE), where it sits at kh < SIZE.
   REACH: tl.constexpr = (SIZE + STRIDE - 1) // STRIDE
-  offsets, codes, exist = (), (), ()
   for a in tl.static_range(REACH):
     oh = h // STRIDE - a
     kh = h - oh * STRIDE
-    row = (oh >= 0) & (oh < OH) & (kh < SIZE)
+    row = live & (oh >= 0) & (oh < OH) & (kh < SIZE)
     for b in tl.static_range(REACH):
       ow = w // STRIDE - b
       kw = w - ow * STRIDE
-      offsets = offsets + ((oh * OW + ow) * N + n,)
-      codes = codes + (kh * SIZE + kw,)
-      exist = exist + (row & (ow >= 0) & (ow < OW) & (kw < SIZE),)
-  return offsets, codes, exist
-
-
-@triton.jit
-def routed_gradient(dy_ptr, idx_ptr, windows, live, SIZE: tl.constexpr, STRIDE: tl.constexpr):
-  """Σ dy over the covering windows (covering_windows) that chose this input, in float32; dy_ptr and idx_ptr point
-  at the input's pooled channel plane."""
-  REACH: tl.constexpr = (SIZE + STRIDE - 1) // STRIDE
-  offsets, codes, exist = windows
-  acc = tl.zeros(live.shape, tl.float32)
-  for i in tl.static_range(REACH * REACH):
-    # Masking the load by whether the window exists alone keeps the mask uniform along N: the load still vectorises.
-    ok = live & exist[i]
-    chose = tl.load(idx_ptr + offsets[i], mask=ok, other=-1).to(tl.int32) == codes[i]
-    acc += tl.where(chose, tl.load(dy_ptr + offsets[i], mask=ok, other=0.0).to(tl.float32), 0.0)
+      ok = row & (ow >= 0) & (ow < OW) & (kw < SIZE)
+      j = ((first + oh) * OW + ow) * N + n
+      chose = tl.load(idx_ptr + j, mask=ok, other=-1).to(tl.int32) == kh * SIZE + kw
+      # Masking the load by `ok` alone keeps the mask uniform along N, so the load still vectorises.
+      acc += tl.where(chose, tl.load(dy_ptr + j, mask=ok, other=0.0).to(tl.float32), 0.0)
   return acc
 
 
@@ -96,9 +83,8 @@ def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexp
   n = i % N
   w = i // N % W
   h = i // (N * W) % H
-  plane = i // (N * W * H) * (OH * OW * N)  # the pooled channel plane of input channel c
-  windows = covering_windows(h, w, n, OH, OW, N, SIZE, STRIDE)
-  acc = routed_gradient(dy_ptr + plane, idx_ptr + plane, windows, live, SIZE, STRIDE)
+  c = i // (N * W * H)
+  acc = routed_gradient(dy_ptr, idx_ptr, h, w, n, c * OH, live, OH, OW, N, SIZE, STRIDE)
   tl.store(dx_ptr + i, acc.to(dx_ptr.dtype.element_ty), mask=live)
 
 
