@@ -5,8 +5,7 @@ checked against on another GPU or network).
 
   python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd,lrn_pool_fwd,lrn_pool_bwd] [--layers conv1,lrn1]
-      [--placements split,one]
-      [--wgrad_columns 8192,16384] [--json OUT.json]
+      [--placements split,one] [--wgrad_columns 8192,16384] [--json OUT.json]
 
 Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
 tower, a device each) and with every tower on one device (`one`: grouped convolution, LRN per tower), once per
