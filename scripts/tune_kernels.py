@@ -168,30 +168,31 @@ def _map_function(kernel, dtype, mode, options, layer, shape, groups, pool):
   kx, kd = jax.random.split(jax.random.key(0))
   x = (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
   size = x.size * x.dtype.itemsize
-  if kernel.startswith("lrn_pool"):
-    params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
-                  size=pool.size, stride=pool.stride, launch=options)
-    pooled = pooled_shape(shape, pool.size, pool.stride)
-    moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices
-    if kernel == "lrn_pool_fwd":
-      return jax.jit(lambda x: LRN_POOL_FWD(x, **params)[0]), (x,), size + moved
-    dy = jax.random.normal(kd, pooled, dtype)
-    idx = jax.random.randint(kd, pooled, 0, pool.size * pool.size).astype(jnp.int8)
-    return jax.jit(lambda x, dy, idx: LRN_POOL_BWD(x, dy, idx, **params)[0]), (x, dy, idx), 2 * size + moved
+
+  def pooled(window, stride):
+    """A pool's dy and int8 choices, and the bytes they (or y and the choices) move."""
+    dy = jax.random.normal(kd, pooled_shape(shape, window, stride), dtype)
+    idx = jax.random.randint(kd, dy.shape, 0, window * window).astype(jnp.int8)
+    return dy, idx, dy.size * (dy.dtype.itemsize + 1)
+
   if kernel.startswith("lrn"):  # with the ReLU of the conv before it, as AlexNet's LRNs run
     params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
                   launch=options)
-    if kernel == "lrn_fwd":
-      return jax.jit(lambda x: LRN_FWD(x, **params)[0]), (x,), 2 * size
+  if kernel.startswith("lrn_pool"):
+    params.update(size=pool.size, stride=pool.stride)
+    dy, idx, moved = pooled(pool.size, pool.stride)
+    if kernel == "lrn_pool_fwd":
+      return jax.jit(lambda x: LRN_POOL_FWD(x, **params)[0]), (x,), size + moved
+    return jax.jit(lambda x, dy, idx: LRN_POOL_BWD(x, dy, idx, **params)[0]), (x, dy, idx), 2 * size + moved
+  if kernel == "lrn_fwd":
+    return jax.jit(lambda x: LRN_FWD(x, **params)[0]), (x,), 2 * size
+  if kernel == "lrn_bwd":
     dy = jax.random.normal(kd, shape, dtype)
     return jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]), (x, dy), 3 * size
   params = dict(mode=mode, size=layer.size, stride=layer.stride, launch=options)
-  pooled = pooled_shape(shape, layer.size, layer.stride)
-  moved = pooled[0] * pooled[1] * pooled[2] * pooled[3] * (x.dtype.itemsize + 1)  # y or dy, and the int8 choices
+  dy, idx, moved = pooled(layer.size, layer.stride)
   if kernel == "pool_fwd":
     return jax.jit(lambda x: POOL_FWD(x, **params)[0]), (x,), size + moved
-  dy = jax.random.normal(kd, pooled, dtype)
-  idx = jax.random.randint(kd, pooled, 0, layer.size * layer.size).astype(jnp.int8)
   return (jax.jit(lambda dy, idx: POOL_BWD(dy, idx, height=shape[1], width=shape[2], **params)[0]),
           (dy, idx), size + moved)
 
@@ -371,12 +372,12 @@ def main(argv):
   best = summarise(rows)
   print(f"\n{args.dtype}, batch {args.batch}; conv tiles: rows, cols, depth, warps, stages, wgrad columns per "
         "program; rate: TFLOP/s (conv), TB/s (LRN, pool)")
-  print(f"{'kernel':8} {'layers':24} {'rule ms':>8} {'table ms':>8} {'best ms':>8} {'rate':>8} {'gain':>6}  best")
+  print(f"{'kernel':12} {'layers':24} {'rule ms':>8} {'table ms':>8} {'best ms':>8} {'rate':>8} {'gain':>6}  best")
   for b in best:
     gain = b["rule_ms"] / b["best_ms"] if b["rule_ms"] else float("nan")
     table_ms = f"{b['table_ms']:8.3f}" if b["table_ms"] else f"{'':8}"
     rule_ms = f"{b['rule_ms']:8.3f}" if b["rule_ms"] else f"{'':8}"
-    print(f"{b['kernel']:8} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
+    print(f"{b['kernel']:12} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
           f"{b['best_rate']:8.2f} {gain:6.2f}  {b['best']}")
   convs = [b for b in best if b["kernel"] in CONV_KERNELS]
   if convs:
