@@ -16,6 +16,8 @@ would. A group's channels are split among CHUNKS programs, each reading the SIZE
 the GPU idle in its last wave. The backward recomputes s from x instead of reading denominators kept by the forward
 (cuda-convnet kept them): float32 denominators would cost more DRAM traffic than bf16 x and dy together, and the
 arithmetic is free beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
+The backward's walk (`lrn_bwd_walk`) also serves an LRN and the max-pool after it as one (lrn_pool.py), gathering
+each dy from the pool's gradient.
 """
 
 import os
