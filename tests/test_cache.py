@@ -162,3 +162,20 @@ def test_a_cached_batch_with_crops_outside_the_images_is_refused(dataset):
   host["offset"] = host["offset"] + SIZE  # XLA would clamp such a crop silently
   with pytest.raises(ValueError, match="crop offsets must lie in"):
     cache.CachedPut(rows, SIZE, 16, rule).put(host)
+
+
+@pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())
+def test_host_cache_puts_a_batch_in_parts_and_joins_it_on_the_devices(mesh):
+  # The host cache's buffer holds a batch chunk-major, each part a share of every row block, put on its own and joined
+  # on the devices: the joined batch must be the batch, each device holding its rows.
+  model, data, axes = mesh
+  rows = Rows(sharding.make_mesh(model, data), axes)
+  batch = np.arange(16 * 2 * 2 * 3, dtype=np.uint8).reshape(16, 2, 2, 3)
+  per_block = 16 // rows.blocks
+  for chunks in (1, 2, 4):
+    buffer = np.empty_like(batch)
+    buffer[cache._chunk_major(16, per_block, chunks)] = batch
+    parts = [jax.make_array_from_process_local_data(rows.sharding(4), p) for p in np.split(buffer, chunks)]
+    joined = cache._joined(rows)(*parts)
+    assert joined.sharding == rows.sharding(4)
+    np.testing.assert_array_equal(np.asarray(joined), batch)
