@@ -23,8 +23,8 @@ from triton_kernels.launch import Launch
 from triton_kernels.pool import pooled_shape
 
 # The forward's grid, as measured at AlexNet's two LRN-pools at batch 512 (docs/BENCHMARKS.md; scripts/tune_kernels.py
-# --kernels lrn_pool_fwd): lrn1's 5,832 programs of 128 outputs ran fastest unsplit (0.339 ms chained; 0.633 split in
-# two), lrn2's 1,352 split six ways (0.218 against 0.244).
+# --kernels lrn_pool_fwd): lrn1's 5,832 programs of 128 outputs ran fastest unsplit (split in two, at half the speed),
+# lrn2's 1,352 split six ways.
 FWD_PROGRAMS = 4000
 
 
@@ -105,12 +105,12 @@ def lrn_pool_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, b
   (output blocks × channel chunks, groups). The rule: one output per thread (each holds SIZE·POOL² values); a grid
   of FWD_PROGRAMS or more as it is, a smaller one with each group's channels split lrn.MAX_CHUNKS ways. block and
   chunks override it."""
-  c, h, w, n = shape
+  _, h, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
   block = block or 32 * lrn.NUM_WARPS
   if chunks is None:
     chunks = 1 if triton.cdiv(oh * ow * n, block) * groups >= FWD_PROGRAMS else lrn.MAX_CHUNKS
-  return lrn.launch(lrn_pool_fwd_kernel, (c, h, w, n), groups, size, k, alpha, beta, relu, dtype_name, block,
+  return lrn.launch(lrn_pool_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block,
                     None, chunks, positions=oh * ow * n, H=h, W=w, N=n, OH=oh, OW=ow, POOL=pool, STRIDE=stride)
 
 
@@ -118,8 +118,8 @@ def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, b
                         dtype_name: str, relu: bool = False, block: int | None = None,
                         chunks: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); the LRN's backward grid and rule (lrn.lrn_bwd_launch): four positions a thread ran
-  fastest here too (lrn1 at batch 512: 0.513 ms chained, against 0.622 at two), for all their registers."""
-  c, h, w, n = shape
+  fastest here too, for all their registers (docs/BENCHMARKS.md)."""
+  _, _, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
   return lrn.launch(lrn_pool_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name,
                     block or 4 * 32 * lrn.NUM_WARPS, lrn.BWD_PROGRAMS, chunks, W=w, N=n, OH=oh, OW=ow, POOL=pool,

@@ -173,8 +173,8 @@ class HostCachedPut(HostPut):
 
   def _place(self, images: np.ndarray, chunks: int):
     """The batch's images on the mesh from their `chunks` parts (the buffer holds them chunk-major), each put by a
-    copy thread, all at once, then joined on the devices: one thread moved 100 MB of pageable memory to an H200 at
-    4.5 GB/s, eight threads at 16.7 GB/s (docs/BENCHMARKS.md, 2026-12-02)."""
+    copy thread, all at once, then joined on the devices: threads put pageable memory on an H200 several times
+    faster together than one alone (docs/BENCHMARKS.md, 2026-12-02)."""
     sharding = self.rows.sharding(4)
     if chunks == 1:
       return jax.make_array_from_process_local_data(sharding, images)
