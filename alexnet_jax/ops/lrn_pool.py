@@ -8,13 +8,11 @@ keep between them. The reference is the two ops' references, one after the other
 import functools
 
 import jax
-import jax.numpy as jnp
 
 from alexnet_jax.ops.backend import dispatch
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 from alexnet_jax.ops.lrn import check_groups, lrn_reference
-from alexnet_jax.ops.pool import check_window, max_pool_reference
-from triton_kernels.launch import out_size
+from alexnet_jax.ops.pool import check_window, max_pool_reference, pooled_outputs
 
 
 def lrn_max_pool_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3,
@@ -22,11 +20,6 @@ def lrn_max_pool_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n
   """XLA reference: ops.max_pool_reference of ops.lrn_reference."""
   y = lrn_reference(x, k=k, n=n, alpha=alpha, beta=beta, alpha_over_n=alpha_over_n, groups=groups, relu=relu)
   return max_pool_reference(y, size=size, stride=stride)
-
-
-def _pooled(shape, size, stride):
-  c, h, w, n = shape
-  return c, out_size(h, size, stride), out_size(w, size, stride), n
 
 
 def _fwd_launch(x, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
@@ -43,8 +36,7 @@ def _bwd_launch(x, dy, idx, *, groups, n, k, alpha, beta, relu, size, stride, la
 
 LRN_POOL_FWD = KernelPrimitive("chwn_lrn_max_pool_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,),
-    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
-                                          jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
+    outputs=lambda x, size, stride, **_: pooled_outputs(x, size, stride)))
 LRN_POOL_BWD = KernelPrimitive("chwn_lrn_max_pool_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1, 2),
     outputs=lambda x, dy, idx, **_: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))

@@ -73,9 +73,11 @@ def _max_pool_xla_bwd(size, stride, residuals, dy):
 _max_pool_xla.defvjp(_max_pool_xla_fwd, _max_pool_xla_bwd)
 
 
-def _pooled(shape, size, stride):
-  c, h, w, n = shape
-  return c, out_size(h, size, stride), out_size(w, size, stride), n
+def pooled_outputs(x, size, stride):
+  """The pooled map of x (C, H, W, N) in x's dtype and its int8 choices: what a pool's forward kernel writes."""
+  c, h, w, n = x.shape
+  pooled = (c, out_size(h, size, stride), out_size(w, size, stride), n)
+  return [jax.ShapeDtypeStruct(pooled, x.dtype), jax.ShapeDtypeStruct(pooled, jnp.int8)]
 
 
 def _fwd_launch(x, *, size, stride, relu=False, launch=()):
@@ -91,8 +93,7 @@ def _bwd_launch(dy, idx, *, size, stride, height, width, launch=()):
 
 POOL_FWD = KernelPrimitive("chwn_max_pool_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,),
-    outputs=lambda x, size, stride, **_: [jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), x.dtype),
-                                          jax.ShapeDtypeStruct(_pooled(x.shape, size, stride), jnp.int8)]))
+    outputs=lambda x, size, stride, **_: pooled_outputs(x, size, stride)))
 POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1),
     outputs=lambda dy, idx, size, stride, height, width, **_: [
