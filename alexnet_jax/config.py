@@ -168,6 +168,8 @@ KEYS = {
     "dataset.num_eval_examples": Key(0, NATURAL, "evaluation examples used (0: all)"),
     "dataset.resize": Key(256, Range(int, 8, 4096), "S: images stored at shorter side S, central S×S"),
     "dataset.pca_sigma": Key(0.1, Range(float, 0, 10), "the paper's PCA colour noise"),
+    "dataset.flip": Key(True, BOOL, "mirror training crops at random, as the paper (False for classes that a mirror "
+                        "changes: text, digits, left and right); multi-crop evaluation mirrors only if it is on"),
     "dataset.threads": Key(4, Range(int, 1, 1024), "threads reading and decoding each batch"),
     "dataset.workers": Key(-1, Range(int, 0, 1024, also=-1, note=", or -1: none on CPU, else one per 2 cores"),
                            "worker processes reading batches"),
@@ -192,11 +194,15 @@ KEYS = {
     "lr_drop_epochs": Key((30.0, 60.0, 80.0), Epochs(10**6), "epochs after which the learning rate is divided by 10"),
     "warmup_epochs": Key(0.0, Range(float, 0, 10**6), "linear warm-up from 0 over these epochs (0: none, as the "
                          "paper)"),
+    "warmup_steps": Key(0, NATURAL, "linear warm-up over these steps, in place of warmup_epochs (0: warmup_epochs "
+                        "decides)"),
     "momentum": Key(0.9, Range(float, 0, 0.999999), "SGD momentum"),
     "weight_decay": Key(5e-4, Range(float, 0, 1), "added to the gradient before momentum, as the paper's rule"),
     "label_smoothing": Key(0.0, Range(float, 0, 0.999999), "the targets' share spread over every class (0: none, "
                            "as the paper)"),
     "num_epochs": Key(90.0, Range(float, 1e-6, 10**6), "epochs to train"),
+    "num_steps": Key(0, NATURAL, "steps to train, in place of num_epochs: a run's length whatever the dataset's size "
+                     "(0: num_epochs decides)"),
     "log_every_steps": Key(100, Range(int, 1, MAX_STEPS), "steps between training-metric lines"),
     "eval_every_steps": Key(5000, Range(int, 1, MAX_STEPS), "steps between evaluations"),
     "checkpoint_every_steps": Key(1000, Range(int, 1, MAX_STEPS), "steps between checkpoints"),
@@ -243,9 +249,20 @@ def apply_process_settings(config: ml_collections.ConfigDict) -> None:
   validate_key(config, "cpu_devices")  # before JAX makes that many
   if config.cpu_devices:  # must precede the first use of a JAX backend
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
+  if config.cpu_devices > 1:
+    os.environ.setdefault("NPROC", str(cpu_threads(config.cpu_devices)))
   if config.dataset.cache in ("device", "sharded") and not config.dataset.cache_bytes:
     # The cache takes what JAX's memory pool leaves beside the step, and the pool is 75 % of a GPU by default.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(CACHE_MEMORY_FRACTION))
+
+
+def cpu_threads(devices: int) -> int:
+  """The threads of XLA:CPU's pool (which it reads from NPROC, else one per core) for `devices` simulated devices.
+  Each device's program waits for the others in a pool thread at every collective, and the steps queued ahead run
+  in the pool too: with a thread per core on two cores, both threads could wait in one device's collectives while
+  the other device's part had no thread to run in, and XLA ended the process after 40 s. Waiting threads take no
+  core, so a few per device cost nothing."""
+  return max(os.cpu_count() or 1, 4 * devices)
 
 
 def validate_key(config, name: str) -> None:

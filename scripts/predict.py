@@ -1,12 +1,18 @@
 """Classifies images with a trained run, or with an exported artifact:
 
-  python scripts/predict.py --workdir DIR PATH… [--top 5] [--crops 1|10] [--json OUT.json] [--csv OUT.csv]
+  python scripts/predict.py --workdir DIR PATH… [--top 5] [--crops 1|5|10] [--json OUT.json] [--csv OUT.csv]
   python scripts/predict.py --artifact model.jaxexport PATH…
 
-PATHs are image files or folders of them (JPEG, PNG, BMP, GIF, TIFF, WebP; a folder's images in name order, not its
-subfolders). Each image is resized as training stored its images (shorter side S, the central S×S) and scored on its
+PATHs are image files or folders: a folder's images (JPEG, PNG, BMP, GIF, TIFF, WebP) and its subfolders', sorted by
+path, folder by folder, as the Python API takes a folder (alexnet_jax.api.image_files). Each image is turned upright
+by its EXIF orientation, resized as training stored its images (shorter side S, the central S×S) and scored on its
 centre crop or the paper's 10 crops (with a run; an artifact takes the centre crop). Prints each image's likeliest
-classes with their probabilities; --json and --csv write them too. Runs on one device of whatever the host has.
+classes with their probabilities; --json and --csv write them too, every image in that order. A file that cannot be
+read is skipped, and said so: on stderr ("skipped PATH: why"), in --json as {"path": …, "skipped": why} beside the
+images read, {"path": …, "top": [{"rank": 1, "class": …, "probability": …}, …]}, and in --csv, whose columns are
+path, rank, class, probability, skipped, as the row PATH,,,,why (an image read has a row per rank, skipped empty).
+--json and --csv may not name a file of the run (run.json, metrics, pictures, checkpoints/, tensorboard/), the
+artifact or an image. Runs on one device of whatever the host has.
 """
 
 import csv
@@ -20,53 +26,65 @@ from alexnet_jax import cli
 
 flags.DEFINE_string("workdir", None, "a training run's directory (its run.json and newest checkpoint)")
 flags.DEFINE_string("artifact", None, "an inference artifact of scripts/export.py, in place of --workdir")
-flags.DEFINE_integer("top", 5, "classes to list per image")
-flags.DEFINE_enum("crops", "1", ["1", "10"], "1: centre crop; 10: the paper's 10 crops, their softmax averaged")
+flags.DEFINE_integer("top", 5, "classes to list per image (≥ 1; all of them where more than the classes)")
+flags.DEFINE_enum("crops", "1", ["1", "5", "10"], "1: centre crop; 5: corners and centre; 10: those and their "
+                  "mirrors, the paper's; their softmax averaged")
 flags.DEFINE_string("json", None, "write the predictions here as JSON")
-flags.DEFINE_string("csv", None, "write the predictions here as CSV (path, rank, class, probability)")
+flags.DEFINE_string("csv", None, "write the predictions here as CSV (path, rank, class, probability, skipped)")
 flags.DEFINE_integer("batch", 32, "images per call")
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+# What a run writes in its workdir (the first part of a path in it): never an output of this script.
+RUN_OWNS = ("run.json", ".lock", "metrics.jsonl", "curves.png", "conv1_filters.png", "checkpoints", "tensorboard")
 
 
 def image_paths(paths: list[str]) -> list[str]:
-  """The image files that `paths` name, folders expanded (their images, in name order); one ValueError for a path
-  that is neither."""
-  found = []
-  for path in paths:
-    if os.path.isdir(path):
-      found += [os.path.join(path, f) for f in sorted(os.listdir(path))
-                if f.lower().endswith(IMAGE_SUFFIXES) and os.path.isfile(os.path.join(path, f))]
-    elif os.path.isfile(path):
-      found.append(path)
-    else:
-      raise ValueError(f"{path}: no such file or folder")
-  if not found:
-    raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {', '.join(paths)}")
-  return found
+  """The image files that `paths` name, folders expanded as the Python API expands them; one ValueError for a path
+  that is neither file nor folder, or a folder without images."""
+  from alexnet_jax.api import images_of  # noqa: PLC0415
+
+  return [file for path in paths for file in images_of(path)]
+
+
+def check_outputs(args, paths: list[str]) -> None:
+  """Refuses --json or --csv where writing would destroy what is read: the run's files, the artifact, an image, or
+  the other output."""
+  outputs = [(f"--{name}", getattr(args, name)) for name in ("json", "csv") if getattr(args, name)]
+  inputs = {os.path.realpath(p) for p in [*paths, args.artifact] if p}
+  for flag, out in outputs:
+    if args.workdir and run_owns(args.workdir, out):
+      raise ValueError(f"{flag} {out} is a file of the run in {args.workdir}: write the predictions elsewhere")
+    if os.path.realpath(out) in inputs:
+      raise ValueError(f"{flag} {out} is one of the inputs: write the predictions elsewhere")
+  if len(outputs) == 2 and os.path.realpath(args.json) == os.path.realpath(args.csv):
+    raise ValueError(f"--json and --csv name the same file, {args.json}")
+
+
+def run_owns(workdir: str, path: str) -> bool:
+  parts = os.path.relpath(os.path.realpath(path), os.path.realpath(workdir)).split(os.sep)
+  return parts[0] == "." or parts[0] in RUN_OWNS or parts[0].startswith("metrics.jsonl")
 
 
 def read_images(paths: list[str], size: int):
-  """(readable paths, their images as training stored them (N, size, size, 3)), each unreadable one named on
-  stderr."""
+  """(the readable images as training stored them (N, size, size, 3), per path None or why it is skipped), each
+  skipped one named on stderr."""
   import numpy as np  # noqa: PLC0415
 
-  from alexnet_jax.api import stored  # noqa: PLC0415
+  from alexnet_jax.api import read  # noqa: PLC0415
 
-  kept, images = [], []
-  for path in paths:
-    try:
-      images.append(stored([path], size)[0])
-      kept.append(path)
-    except (OSError, ValueError) as e:
-      print(f"skipped {path}: {e}", file=sys.stderr)
-  if not kept:
+  images, whys = [], []
+  for image, skipped in read(paths, size):
+    if skipped:
+      print(f"skipped {skipped[0]}: {skipped[1]}", file=sys.stderr)
+    else:
+      images.append(image)
+    whys.append(skipped and skipped[1])
+  if not images:
     raise ValueError("none of the images can be read")
-  return kept, np.stack(images)
+  return np.stack(images), whys
 
 
 def artifact_probabilities(path: str, paths: list[str], batch: int):
-  """(classes, readable paths, probabilities) of images under an inference artifact."""
+  """(classes, per path None or why it is skipped, probabilities of the readable) under an inference artifact."""
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
@@ -76,7 +94,7 @@ def artifact_probabilities(path: str, paths: list[str], batch: int):
   facts = artifact.facts
   if facts.get("input") != "uint8" or not artifact.classes:
     raise ValueError(f"{path} is not an inference artifact of uint8 images (scripts/export.py --input uint8)")
-  kept, images = read_images(paths, facts["size"])
+  images, whys = read_images(paths, facts["size"])
   (shape,) = artifact.exported.in_avals
   fixed = shape.shape[0] if isinstance(shape.shape[0], int) else None
   step, out = fixed or batch, []
@@ -84,7 +102,36 @@ def artifact_probabilities(path: str, paths: list[str], batch: int):
     chunk = images[start:start + step]
     padded = np.concatenate([chunk, np.repeat(chunk[-1:], step - len(chunk), 0)]) if fixed else chunk
     out.append(np.asarray(jax.nn.softmax(artifact.exported.call(padded)))[:len(chunk)])
-  return artifact.classes, kept, np.concatenate(out)
+  return artifact.classes, whys, np.concatenate(out)
+
+
+def rows_of(paths: list[str], whys: list, classes, probs, top: int) -> list[dict]:
+  """A row per path, in order: its `top` classes, or why it was skipped."""
+  rows, scored = [], iter(probs)
+  for path, why in zip(paths, whys):
+    if why:
+      rows.append(dict(path=path, skipped=why))
+      continue
+    p = next(scored)
+    best = sorted(range(len(classes)), key=lambda c: (-p[c], c))[:top]
+    rows.append(dict(path=path, top=[{"rank": r + 1, "class": classes[c], "probability": float(p[c])}
+                                     for r, c in enumerate(best)]))
+  return rows
+
+
+def write(rows: list[dict], json_path: str | None, csv_path: str | None) -> None:
+  if json_path:
+    with open(json_path, "w") as f:
+      json.dump(rows, f, indent=1)
+  if csv_path:
+    with open(csv_path, "w", newline="") as f:
+      out = csv.writer(f)
+      out.writerow(["path", "rank", "class", "probability", "skipped"])
+      for r in rows:
+        if "top" in r:
+          out.writerows([r["path"], t["rank"], t["class"], f"{t['probability']:.6f}", ""] for t in r["top"])
+        else:
+          out.writerow([r["path"], "", "", "", r["skipped"]])
 
 
 def main(argv):
@@ -93,39 +140,34 @@ def main(argv):
     sys.exit("error: give --workdir (a training run) or --artifact (an exported model), one of them")
   if len(argv) < 2:
     sys.exit("error: name the images to classify: files or folders")
+  for name in ("top", "batch"):
+    if getattr(args, name) < 1:
+      sys.exit(f"error: --{name} must be ≥ 1")
   try:
     if args.workdir:
       from alexnet_jax.training import run  # noqa: PLC0415
 
       run.read(args.workdir)  # a wrong workdir is said before the images are looked for
     paths = image_paths(argv[1:])
+    check_outputs(args, paths)
     if args.artifact:
       if args.crops != "1":
-        raise ValueError("an artifact scores the centre crop: --crops 10 needs --workdir")
-      classes, kept, probs = artifact_probabilities(args.artifact, paths, args.batch)
+        raise ValueError(f"an artifact scores the centre crop: --crops {args.crops} needs --workdir")
+      classes, whys, probs = artifact_probabilities(args.artifact, paths, args.batch)
     else:
       import alexnet_jax  # noqa: PLC0415
 
       model = alexnet_jax.load(args.workdir, eval_batch_size=args.batch)
-      kept, images = read_images(paths, model.run.size)
+      images, whys = read_images(paths, model.run.size)
       classes, probs = model.classes, model.predict(images, int(args.crops))
   except ValueError as e:
     sys.exit(f"error: {e}")
-  rows = []
-  for path, p in zip(kept, probs):
-    best = sorted(range(len(classes)), key=lambda c: (-p[c], c))[:args.top]
-    rows.append(dict(path=path, top=[{"rank": r + 1, "class": classes[c], "probability": float(p[c])}
-                                     for r, c in enumerate(best)]))
-    print(f"{path}: " + ", ".join(f"{t['class']} {t['probability']:.3f}" for t in rows[-1]["top"]))
+  rows = rows_of(paths, whys, classes, probs, args.top)
+  for row in rows:
+    if "top" in row:
+      print(f"{row['path']}: " + ", ".join(f"{t['class']} {t['probability']:.3f}" for t in row["top"]))
   try:
-    if args.json:
-      with open(args.json, "w") as f:
-        json.dump(rows, f, indent=1)
-    if args.csv:
-      with open(args.csv, "w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["path", "rank", "class", "probability"])
-        out.writerows([r["path"], t["rank"], t["class"], f"{t['probability']:.6f}"] for r in rows for t in r["top"])
+    write(rows, args.json, args.csv)
   except OSError as e:
     sys.exit(f"error: cannot write {e.filename}: {e.strerror}; the predictions are above")
 

@@ -1,7 +1,7 @@
 """Prepares a dataset once for fast training: the paper's store of size×size JPEGs (alexnet_jax/data/store.py).
 
   make prepare ARGS='--name=imagenet2012 --data_dir=/data/tfds --manual_dir=/data/ILSVRC2012 --store=/data/in256'
-  make prepare ARGS='--name=folder --data_dir=/data/photos --store=/data/photos_256 [--size=256] [--quality=90]'
+  make prepare ARGS='--name=folder --data_dir=photos --store=photos_128 --size=128 [--quality=90]'
 
 A tfds dataset is first prepared as array_record in data_dir, unless it is there already: that needs TensorFlow
 (tfds's builders decode and re-encode with tf.io and tf.image), so `make prepare` runs this script in a virtual
@@ -10,9 +10,12 @@ ILSVRC2012_img_val.tar from image-net.org. Without --store, that is all.
 
 With --store, every image of the splits is written to the store: shorter side resized to --size, the central
 size×size patch, JPEG at --quality, with its label; deterministic (a rerun gives the same bytes) and resumable (a
-rerun after an interruption keeps the complete shards). Unreadable images are left out and listed.
+rerun after an interruption keeps the complete shards). Unreadable images are left out and listed. Its last lines
+are the commands that train configs/own_images.py on the store and classify images with the run. 128 pixels a side
+suits that config on CPUs; the paper stored ImageNet at 256 (the default) for its 224 crops.
 """
 
+import math
 import os
 import shlex
 import sys
@@ -67,17 +70,31 @@ def report(root: str, manifest: dict, written: int, seconds: float) -> None:
   print(f"wrote {written:,} images in {seconds:.1f} s ({written / max(seconds, 1e-9):,.0f} images/s); the store "
         f"holds {total:,} images of {manifest['size']}×{manifest['size']} at JPEG quality {manifest['quality']}: "
         f"{size / 1e6:,.1f} MB, {size / max(total, 1):,.0f} bytes/image")
+  print(train_command(root, manifest))
+
+
+def train_command(root: str, manifest: dict) -> str:
+  """The lines that say how to train on the store and classify with the run, their commands as a user types them
+  in the shell that README's setup leaves (.venv active)."""
+  from alexnet_jax.config import get  # noqa: PLC0415
+  from alexnet_jax.configs import own_images  # noqa: PLC0415
+
+  config = own_images.get_config()
   splits = list(manifest["splits"])
   train_split, eval_split = splits[0], (splits[1:] or splits)[0]
   workdir = os.path.join("runs", os.path.basename(os.path.normpath(root)))
-  crop = max(8, manifest["size"] * 7 // 8)  # the paper's 224 of 256
-  print("train (the demo's network on two CPU devices; configs/alexnet_2gpu.py for the paper's on two GPUs):\n"
-        f"  python scripts/train.py --config configs/demo.py --config.dataset.name=store "
-        f"--config.dataset.data_dir={shlex.quote(os.path.abspath(root))} --config.dataset.resize={manifest['size']} "
-        f"--config.image_size={crop} --config.dataset.train_split={train_split} "
-        f"--config.dataset.eval_split={eval_split} --config.dataset.num_classes=0 "
-        f"--config.dataset.num_train_examples=0 --config.dataset.num_eval_examples=0 --workdir {shlex.quote(workdir)}"
-        f"\nthen classify images with it:\n  python scripts/predict.py --workdir {shlex.quote(workdir)} IMAGES…")
+  size, images = manifest["size"], manifest["splits"][train_split]["count"]
+  # As many steps as the config's, or 20 epochs of a larger store, and crops of 7/8 of the side as the paper's 224 of
+  # 256: only what differs from configs/own_images.py is spelled out.
+  steps = max(config.num_steps, math.ceil(20 * images / config.batch_size))
+  changes = dict(num_steps=steps, image_size=max(8, size * 7 // 8)) | {
+      "dataset.resize": size, "dataset.train_split": train_split, "dataset.eval_split": eval_split}
+  flags_ = [f"--config.dataset.data_dir={shlex.quote(os.path.abspath(root))}"] + [
+      f"--config.{k}={shlex.quote(str(v))}" for k, v in changes.items() if get(config, k) != v]
+  command = f"python scripts/train.py --config configs/own_images.py {' '.join(flags_)} --workdir {shlex.quote(workdir)}"
+  return ("train (in the shell where .venv is active: source .venv/bin/activate):\n"
+          f"  {command}"
+          f"\nthen classify images with it:\n  python scripts/predict.py --workdir {shlex.quote(workdir)} IMAGES…")
 
 
 def main(argv):

@@ -7,6 +7,8 @@ import os
 import shutil
 import tempfile
 
+from alexnet_jax.config import cpu_threads
+
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU interpreter in tests
 # XLA:CPU compiles the tests' steps about twice as fast with LLVM at -O1 and without its expensive passes, and runs
 # them as fast: the same HLO, the same numbers. Its convolutions and GEMMs run ~20 % faster in the tests' networks
@@ -15,6 +17,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU 
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=1",
                                     "--xla_llvm_disable_expensive_passes=true",
                                     "--xla_cpu_experimental_ynn_fusion_type="]).strip()
+
+# The simulated devices' collectives wait in XLA:CPU's threads: as many as the scripts get (config.cpu_threads).
+os.environ.setdefault("NPROC", str(cpu_threads(2)))
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
   # Workers share a GPU (`pytest -m gpu -n 4`): each allocates as it needs, instead of the first taking 75 % of it.

@@ -166,9 +166,10 @@ def test_a_label_outside_the_classes_stops_naming_the_image(folder):
 
 
 def test_image_folder_errors(folder, tmp_path_factory):
-  with pytest.raises(DataError, match=r"no image folder at .*nowhere/train: expected"):
+  with pytest.raises(DataError, match=r"^no such directory: .*nowhere$"):
     get_dataset(data_config("folder", data_dir=str(folder / "nowhere")))
-  with pytest.raises(DataError, match="no image folder at .*validation"):
+  with pytest.raises(DataError, match=r"no split 'validation' in .* \(it holds: train, val\): set "
+                     r"--config.dataset.eval_split=val"):
     get_dataset(data_config("folder", data_dir=str(folder)))  # the default eval split is 'validation'
   with pytest.raises(DataError, match=r"resize=24 must be ≥ config.image_size=32 \(images are resized, then cropped"):
     get_dataset(data_config("folder", data_dir=str(folder), eval_split="val", resize=24))

@@ -120,6 +120,44 @@ def test_a_collapsed_network_stops_in_one_line_with_what_to_try(tmp_path):
   assert all(r["logit_spread"] > 0 for r in rows if r["split"] == "train")
 
 
+def test_the_paper_s_recipe_stalled_at_chance_is_said_in_one_line_while_it_runs(tmp_path, capsys):
+  # The paper's initialisation (N(0, 0.01), unit biases) and rate on a narrow AlexNet and ten classes: the loss falls
+  # to ln 10 and stays, top-1 at chance, while the logits still vary (not collapsed, so the run goes on).
+  config = paper_config()
+  config.width, config.image_size = 0.125, 64
+  config.dataset.name, config.dataset.num_classes = "procedural", 10
+  config.dataset.num_train_examples, config.dataset.num_eval_examples = 3200, 100
+  config.batch_size, config.eval_batch_size, config.num_steps = 32, 100, 150
+  config.log_every_steps, config.eval_every_steps, config.checkpoint_every_steps = 10, 150, 150
+  loop.train_and_evaluate(config, str(tmp_path))
+  rows = strict_rows(tmp_path / "metrics.jsonl")
+  train_rows = [r for r in rows if r["split"] == "train"]
+  assert all(abs(r["loss"] - np.log(10)) < 0.05 and r["top1"] < 0.15 for r in train_rows[-10:])
+  assert all(r["logit_spread"] > 0.01 for r in train_rows)
+  (note,) = [r for r in rows if r["split"] == "note"]
+  assert note["step"] == 150 and train_rows[-1]["steps_at_chance"] >= guard.STALL_STEPS
+  assert re.fullmatch(r"warning: training has stalled: for \d+ steps \(since step \d+\) the loss has stayed near or "
+                      r"above ln 10 = 2.303 \(now 2.3\d\d\) and top-1 at chance: the network is not learning. Try "
+                      r"--config.weight_init=he, .*", note["message"])
+  assert capsys.readouterr().out.count(note["message"]) == 1  # said once, as the run goes
+
+
+def test_a_stall_is_measured_per_step_against_a_batch_s_noise():
+  chance = np.log(10)
+  learning = lambda loss, top1, count=32: bool(guard.above_chance(loss, top1, count, 10))  # noqa: E731
+  assert not learning(chance, 0.1) and not learning(2.4, 0.25) and not learning(11.3, 0.0)  # noise, or worse
+  assert learning(0.9 * chance, 0.1) and learning(chance, 0.3)
+  assert learning(chance, 0.2, count=1024)  # 10 points above chance is far beyond a large batch's noise
+  stall = guard.Stall(start=0, classes=10, steps_per_epoch=40)
+  assert stall.steps(dict(learning_at=0), 60) == 60 and stall.message(60, 60, 2.30) is None
+  assert stall.steps(dict(learning_at=0), 99) == 99 and stall.message(99, 99, 2.30) is None
+  assert stall.message(stall.steps(dict(learning_at=0), 100), 100, 2.30).startswith("warning: training has stalled")
+  assert stall.message(stall.steps(dict(learning_at=0), 200), 200, 2.30) is None  # once
+  resumed = guard.Stall(start=500, classes=10, steps_per_epoch=1000)  # an epoch longer than STALL_STEPS: it counts
+  assert resumed.steps(dict(learning_at=0), 1200) == 700 and resumed.message(700, 1200, 2.3) is None
+  assert resumed.steps(dict(learning_at=1150), 1200) == 50
+
+
 @pytest.mark.parametrize("seen_in", ["loss", "state"])
 def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, seen_in):
   # Logged every step and never saved, the run sees the first non-finite loss in its metrics window; saved every
@@ -537,4 +575,4 @@ def test_scripts_that_cannot_write_their_output_say_so_in_one_line(finished, tmp
   last = run.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and (where[-1] if where else "curves.png") in last, last
   if script == "evaluate.py":  # what it computed is not lost
-    assert last.endswith("; the results are above") and "top-1 error" in run.stdout
+    assert last.endswith("; the results are above") and "top-1 accuracy" in run.stdout

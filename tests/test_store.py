@@ -202,11 +202,11 @@ def test_a_killed_prepare_resumes_to_the_same_bytes(folder, written, tmp_path):
 
 
 def test_reader_errors_say_what_to_do(folder, written, tmp_path):
-  with pytest.raises(DataError, match=r"nowhere is not a finished store \(no manifest.json\); rerun make prepare"):
+  with pytest.raises(DataError, match=r"^no such directory: .*nowhere$"):
     store.open_split(str(tmp_path / "nowhere"), "train")
   out = tmp_path / "store"
   shutil.copytree(written[0], out)
-  with pytest.raises(DataError, match="has no split 'test'; it has train, val"):
+  with pytest.raises(DataError, match=r"no split 'test' in the store .* \(it holds: train, val\)$"):
     store.open_split(str(out), "test")
   os.remove(out / store.shard_name("train", 2, 3))
   with pytest.raises(DataError, match=r"lacks train-00002-of-00003.array_record \(1 shards missing\)"):

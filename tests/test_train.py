@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alexnet_jax.config import KEYS, paper_config, validate
 from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, placement, train_batches
-from alexnet_jax.training import loop, train
+from alexnet_jax.training import guard, loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,6 +58,9 @@ def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
   assert evals[-1]["top1"] == pytest.approx(metrics["top1"])
   train_rows = [r for r in rows if r["split"] == "train"]
   assert train_rows[-1]["loss"] < train_rows[0]["loss"]
+  # A healthy run leaves chance within its first steps (this one after 50-odd), and is never said to have stalled.
+  assert max(r["steps_at_chance"] for r in train_rows) < guard.STALL_STEPS
+  assert not [r for r in rows if r["split"] == "note"]
   events = EventAccumulator(os.path.join(workdir, "tensorboard"))
   events.Reload()
   assert {"train/loss", "train/top1", "train/learning_rate", "eval/top1", "eval/top5"} <= set(events.Tags()["scalars"])
@@ -203,8 +206,21 @@ def test_ten_crop_evaluation_averages_the_crops_softmax():
   logits = forward(state.params, images, jax.random.key(0), False)
   np.testing.assert_allclose(float(centre["loss"]), float(train.metrics_of(logits, batch["label"], batch["mask"])
                                                            ["loss"]), rtol=1e-5)
-  with pytest.raises(ValueError, match="crops must be 1 .centre. or 10"):
-    p_eval_step(state, setup.batch_rows.put(batch), crops=5)
+  five = p_eval_step(state, setup.batch_rows.put(batch), crops=5)  # the unmirrored crops: the first five of ten
+  images = device_augment.normalise(np.concatenate([c[:5] for c in crops.reshape(4, 10, 96, 96, 3)]), None,
+                                    setup.mean, setup.std)
+  probs = np.asarray(jax.nn.softmax(forward(state.params, images, jax.random.key(0), False))).reshape(4, 5, 10)
+  np.testing.assert_allclose(float(five["loss"]), -np.log(probs.mean(1)[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
+  with pytest.raises(ValueError, match="crops must be 1 .centre., 5 .corners and centre. or 10"):
+    p_eval_step(state, setup.batch_rows.put(batch), crops=3)
+
+
+def test_many_crop_evaluation_mirrors_only_what_training_mirrored():
+  assert train.multi_crop(demo_config()) == 5  # the procedural set is never mirrored
+  config = paper_config()
+  assert train.multi_crop(config) == 10
+  config.dataset.flip = False
+  assert train.multi_crop(config) == 5
 
 
 def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
@@ -300,6 +316,17 @@ def test_learning_rate_schedules_beside_the_paper_s():
     train.make_setup(demo_config(lr_drop_epochs=(1e6,)), 10, 10**8)
 
 
+def test_a_run_measured_in_steps_keeps_its_length_and_warm_up_whatever_the_dataset():
+  config = demo_config(num_steps=120, warmup_steps=12, lr_schedule="cosine", learning_rate=0.1)
+  for num_train in (96, 3200, 10**6):  # 3, 100 and 31,250 steps an epoch
+    setup = train.make_setup(config, 10, num_train)
+    assert setup.total_steps == 120
+    cosine = lambda s: 0.05 * (1 + np.cos(np.pi * s / 120))  # noqa: E731
+    expected = [cosine(0) / 12, cosine(11), cosine(12), 0.0]  # warming up to step 12, then the cosine alone
+    np.testing.assert_allclose([float(setup.schedule(s)) for s in (0, 11, 12, 120)], expected, atol=1e-7)
+  assert train.make_setup(demo_config(num_epochs=2.0), 10, 3200).total_steps == 200  # num_steps 0: the epochs
+
+
 def test_label_smoothing_spreads_the_targets():
   # fc8's bias gradient is the batch's mean of softmax − target: with smoothing α the target is (1 − α)·onehot + α/C.
   config = demo_config(batch_size=8, label_smoothing=0.1, weight_decay=0.0, momentum=0.0, image_size=64)
@@ -337,3 +364,15 @@ def test_help_names_the_config_and_show_config_lists_every_key():
   assert run.returncode == 0, run.stderr
   assert "width                      = 0.5" in run.stdout and "a number in [0.001, 64]: scales" in run.stdout
   assert len(run.stdout.splitlines()) == 2 * len(KEYS)
+
+
+def test_simulated_devices_get_threads_enough_for_their_collectives():
+  # Each device's part of a step waits for the other's in one of XLA:CPU's threads at every collective: with a
+  # thread per core on two cores, a run of the paper's split ended after 40 s in an all-gather ("only 1 of them
+  # arrived"). The scripts' process settings give XLA:CPU (which reads NPROC) threads to spare.
+  code = ("import os; from alexnet_jax.config import apply_process_settings, paper_config; c = paper_config(); "
+          "c.cpu_devices = 2; apply_process_settings(c); import jax; jax.devices(); print(os.environ['NPROC'])")
+  env = {k: v for k, v in os.environ.items() if k != "NPROC"}
+  run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert int(run.stdout.strip()) >= 8

@@ -57,6 +57,7 @@ class Dataset:
   seed: int
   decoder: str = "cpu"  # who decodes training images: the host ('cpu') or the devices ('gpu', nvdecode.py)
   host_share: float = 0.0  # with 'gpu', the share of each batch that the host decodes beside the devices
+  flip: bool = True  # training crops mirrored at random (config.dataset.flip)
 
   @property
   def num_classes(self) -> int:
@@ -84,6 +85,7 @@ class Dataset:
       return dict(index=indices, offset=np.zeros((n, 2), np.int32), flip=np.zeros(n, bool),
                   shift=np.zeros((n, 3), np.float32))
     offset, flip = augment.crop_flip_draws(n, self.size, self.size, self.image_size, rng)
+    flip &= self.flip  # drawn either way, so that the crops and colour shifts do not depend on it
     shift = augment.pca_shifts(n, rng, self.statistics.eigval, self.statistics.eigvec, self.pca_sigma)
     return dict(index=indices, offset=offset, flip=flip, shift=shift)
 
@@ -194,11 +196,9 @@ def _splits(config):
     return (sources.ProceduralSource(config.seed, "train", config.image_size, n_train),
             sources.ProceduralSource(config.seed, "test", config.image_size, n_eval), procedural.CLASS_NAMES)
   if d.name == "folder":
-    classes = sources.folder_classes(d.data_dir, d.train_split)
-    return (sources.ImageFolder(d.data_dir, d.train_split, classes, d.resize),
-            sources.ImageFolder(d.data_dir, d.eval_split, classes, d.resize), classes)
+    return sources.image_folders(d.data_dir, d.train_split, d.eval_split, d.resize)
   if d.name == "store":
-    train, test = (store.open_split(d.data_dir, split) for split in (d.train_split, d.eval_split))
+    train, test = store.open_splits(d.data_dir, d.train_split, d.eval_split)
     if train.resize != d.resize:
       raise sources.DataError(f"the store at {d.data_dir} holds {train.resize}×{train.resize} images: set "
                               f"config.dataset.resize={train.resize}")
@@ -233,7 +233,7 @@ def make_dataset(config, train, test, classes: tuple[str, ...], statistics: Stat
                  for s, n in ((train, d.num_train_examples), (test, d.num_eval_examples)))
   stats = measure(train, seed=config.seed) if known is None else known
   return Dataset(d.name, tuple(classes), train, test, config.image_size, resize, stats, d.pca_sigma, config.seed,
-                 decoder, d.host_share)
+                 decoder, d.host_share, d.flip)
 
 
 def _decoder(choice: str) -> str:

@@ -10,12 +10,14 @@ one, with a warning, and counts it (summed beside each training batch into the m
 """
 
 import dataclasses
+import functools
 import io
 import logging
 import os
 import stat
 
 import numpy as np
+import PIL
 from PIL import Image
 
 from alexnet_jax.data import procedural
@@ -34,17 +36,34 @@ class DataError(ValueError):
 def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
   """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
   keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same
-  crop. Grey, palette, CMYK, RGBA and 16-bit images become 8-bit RGB; 32-bit integer or float images (PIL's modes
-  I and F: a 16-bit PGM, a float TIFF), whose range PIL does not know, are refused with a ValueError."""
+  crop. Pixels as `rgb` makes them."""
   with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
     if min_size:
       image.draft("RGB", (min_size, min_size))
-    if image.mode.startswith("I;16"):  # 16-bit grey (converting to RGB would clip at 255 instead)
-      return as_rgb(to_uint8(np.asarray(image)))
-    if image.mode in ("I", "F"):
-      raise ValueError(f"{'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels (PIL mode "
-                       f"{image.mode}) of unknown range: store the image with 8 or 16 bits per channel")
-    return np.asarray(image.convert("RGB"))
+    return rgb(image)
+
+
+def rgb(image: Image.Image) -> np.ndarray:
+  """(H, W, 3) uint8 of a PIL image of any mode: grey, palette, CMYK, YCbCr, HSV, RGBA and 16-bit images become
+  8-bit RGB; 32-bit integer or float images (PIL's modes I and F: a 16-bit PGM, a float TIFF), whose range PIL does
+  not know, and modes PIL cannot convert are refused with a ValueError."""
+  if image.mode.startswith("I;16"):  # 16-bit grey (converting to RGB would clip at 255 instead)
+    return as_rgb(to_uint8(np.asarray(image)))
+  if image.mode in ("I", "F"):
+    raise ValueError(f"{'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels (PIL mode "
+                     f"{image.mode}) of unknown range: store the image with 8 or 16 bits per channel")
+  if image.mode == "HSV" and not _hsv_converts():
+    raise ValueError(f"PIL {PIL.__version__} cannot convert HSV images to RGB: convert them with a newer Pillow")
+  return np.asarray(image.convert("RGB"))
+
+
+@functools.cache
+def _hsv_converts() -> bool:
+  """Whether this Pillow converts HSV to RGB: one that cannot refuses, or copies the bytes (hue as red)."""
+  try:
+    return Image.new("HSV", (1, 1), (85, 255, 255)).convert("RGB").getpixel((0, 0)) == (0, 255, 0)
+  except ValueError:
+    return False
 
 
 def to_uint8(image: np.ndarray) -> np.ndarray:
@@ -68,9 +87,29 @@ def as_rgb(image: np.ndarray) -> np.ndarray:
   return image[..., :3]
 
 
-def _no_folder(root: str, split: str) -> DataError:
-  return DataError(f"no image folder at {os.path.join(root, split)}: expected {root}/{split}/<class>/<image>.jpg "
-                   f"(set config.dataset.data_dir to the folder's root)")
+def split_folder(root: str, split: str, key: str = "", other: str = "") -> str:
+  """root/<split>, or the DataError that tells a missing root from a missing split (missing_split)."""
+  if not os.path.isdir(root):
+    raise DataError(f"no such directory: {root}" if root else "no data directory: set --config.dataset.data_dir")
+  folder, held = os.path.join(root, split), _subdirs(root)
+  if not held:
+    raise DataError(f"{root} holds no split folders: expected {folder}/<class>/<image>.jpg")
+  if not os.path.isdir(folder):
+    raise missing_split(root, split, held, key, other)
+  return folder
+
+
+def missing_split(where: str, split: str, held: list[str], key: str = "", other: str = "") -> DataError:
+  """The error for a split that `where` lacks, listing those it holds (a split's name is more often guessed wrong,
+  val for validation, than its root). With `key`, the config key that named it, and the value to set it to where
+  one split is left once `other`, the run's other split, is set aside."""
+  said = f"no split {split!r} in {where} (it holds: {', '.join(held) or 'none'})"
+  offered = [h for h in held if h != other]
+  if not key:
+    return DataError(said)
+  if not offered:
+    return DataError(f"{said}: add a split of its own and name it with --config.{key}")
+  return DataError(f"{said}: set --config.{key}" + (f"={offered[0]}" if len(offered) == 1 else " to one of them"))
 
 
 class ImageFolder:
@@ -79,9 +118,7 @@ class ImageFolder:
   statistics = None
 
   def __init__(self, root: str, split: str, classes: tuple[str, ...], resize: int):
-    folder = os.path.join(root, split)
-    if not os.path.isdir(folder):
-      raise _no_folder(root, split)
+    folder = split_folder(root, split)
     unknown = sorted(set(_subdirs(folder)) - set(classes))
     if unknown:
       raise DataError(f"{folder} has classes that the training split lacks: {', '.join(unknown[:5])}")
@@ -135,11 +172,20 @@ def _subdirs(folder: str) -> list[str]:
 
 
 def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
-  folder = os.path.join(root, train_split)
-  classes = tuple(_subdirs(folder)) if os.path.isdir(folder) else ()
+  folder = split_folder(root, train_split)
+  classes = tuple(_subdirs(folder))
   if not classes:
-    raise _no_folder(root, train_split)
+    raise DataError(f"{folder} holds no class folders: expected {folder}/<class>/<image>.jpg")
   return classes
+
+
+def image_folders(root: str, train_split: str, eval_split: str, resize: int) -> tuple[ImageFolder, ImageFolder, tuple]:
+  """(training source, evaluation source, class names) of root/<split>/<class>/<image> for the splits that
+  config.dataset.train_split and eval_split name; a split that is not there is reported with the key to set."""
+  for key, split, other in (("train_split", train_split, eval_split), ("eval_split", eval_split, train_split)):
+    split_folder(root, split, f"dataset.{key}", other)
+  classes = folder_classes(root, train_split)
+  return ImageFolder(root, train_split, classes, resize), ImageFolder(root, eval_split, classes, resize), classes
 
 
 def tfds_sources(name: str, data_dir: str, splits: tuple[str, ...], resize: int) -> tuple[list, tuple[str, ...]]:

@@ -23,7 +23,7 @@ import struct
 import grain
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
-from alexnet_jax.data.sources import TFDS_STATISTICS, DataError, decode
+from alexnet_jax.data.sources import TFDS_STATISTICS, DataError, decode, missing_split
 
 FORMAT, VERSION = "alexnet_jax image store", 1
 MANIFEST = "manifest.json"
@@ -87,16 +87,24 @@ def read_json(path: str):
     return json.load(f)
 
 
-def _unfinished(root: str) -> DataError:
-  return DataError(f"{root} is not a finished store (no {MANIFEST}); rerun make prepare ARGS='--name=… "
-                   f"--data_dir=… --store={root}' with the arguments that began it")
+def _no_manifest(root: str) -> DataError:
+  """Why root, without a manifest, is no store: no directory at all, one that a store was never written to, or one
+  that make prepare stopped writing (its shards or parts are there), which only a rerun finishes."""
+  prepare = f"make prepare ARGS='--name=… --data_dir=… --store={root}'"
+  if not os.path.isdir(root):
+    return DataError(f"no such directory: {root}" if root else "no store: set --config.dataset.data_dir to the "
+                     "directory that make prepare wrote")
+  if not any(name == "parts" or name.endswith((".array_record", ".tmp")) for name in os.listdir(root)):
+    return DataError(f"{root} holds no store (no {MANIFEST}): {prepare} writes one")
+  return DataError(f"{root} is not a finished store (no {MANIFEST}); rerun {prepare} with the arguments that began "
+                   "it")
 
 
 def read_manifest(root: str) -> dict:
   """The manifest of the store at root; DataError if root is no finished store of this format version."""
   path = os.path.join(root, MANIFEST)
   if not os.path.isfile(path):
-    raise _unfinished(root)
+    raise _no_manifest(root)
   try:
     manifest = read_json(path)
   except (OSError, ValueError) as e:
@@ -190,11 +198,19 @@ class StoreSplit:
                      f"prepare with --store={self.root}, which writes it again")
 
 
-def open_split(root: str, split: str) -> StoreSplit:
+def open_split(root: str, split: str, key: str = "", other: str = "") -> StoreSplit:
+  """Split `split` of the store at root; a split it lacks is reported with those it has (sources.missing_split: `key`
+  and `other` name the config key to set)."""
   manifest = read_manifest(root)
   if split not in manifest["splits"]:
-    raise DataError(f"store {root} has no split {split!r}; it has {', '.join(manifest['splits'])}")
+    raise missing_split(f"the store {root}", split, list(manifest["splits"]), key, other)
   return StoreSplit(root, split, manifest)
+
+
+def open_splits(root: str, train_split: str, eval_split: str) -> tuple[StoreSplit, StoreSplit]:
+  """The splits that config.dataset.train_split and eval_split name."""
+  return (open_split(root, train_split, "dataset.train_split", eval_split),
+          open_split(root, eval_split, "dataset.eval_split", train_split))
 
 
 def decode_pil(jpeg: bytes):

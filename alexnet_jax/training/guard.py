@@ -48,19 +48,61 @@ class Interrupted(Exception):
     return 128 + self.signum  # the shell's convention for a process ended by a signal
 
 
-def step_health(step: jax.Array, loss: jax.Array, logits: jax.Array) -> dict:
-  """A train step's metrics for the guard: `nonfinite_from`, the step's number (counted from 1) if its loss is not
-  finite, else NEVER; `logit_spread`, each class's logit's range over the batch (max − min), averaged over the
-  classes: exactly 0 once the outputs no longer depend on the input. Both read what every device already holds after
-  the last layer (the loss and logits), so they cost no collective: a gradient norm would need an all-reduce over
-  the devices that split the weights, the only one outside conv3 and fc6-fc8 in the paper's step. A non-finite
+def step_health(step: jax.Array, metrics: dict, logits: jax.Array) -> dict:
+  """A train step's metrics for the guard, from its sums (metrics_of) and logits: `nonfinite_from`, the step's
+  number (counted from 1) if its loss is not finite, else NEVER; `logit_spread`, each class's logit's range over the
+  batch (max − min), averaged over the classes: exactly 0 once the outputs no longer depend on the input;
+  `learning_at`, the step's number if its batch scored above chance (above_chance), else 0. All read what every
+  device already holds after the last layer, so they cost no collective: a gradient norm would need an all-reduce
+  over the devices that split the weights, the only one outside conv3 and fc6-fc8 in the paper's step. A non-finite
   gradient shows up as a non-finite loss one step later, and in the state check before every save."""
+  loss, count = metrics["loss"], metrics["count"]
+  learning = above_chance(loss / count, metrics["top1"] / count, count, logits.shape[-1])
   return dict(nonfinite_from=jnp.where(jnp.isfinite(loss), NEVER, step + 1).astype(jnp.int32),
-              logit_spread=jnp.mean(jnp.ptp(logits.astype(jnp.float32), axis=0)))
+              logit_spread=jnp.mean(jnp.ptp(logits.astype(jnp.float32), axis=0)),
+              learning_at=jnp.where(learning, step + 1, 0).astype(jnp.int32))
 
 
-# How the metrics window combines a key over its steps: the first non-finite step, the largest spread; else sums.
-_WINDOW = dict(nonfinite_from=jnp.minimum, logit_spread=jnp.maximum)
+# How the metrics window combines a key over its steps: the first non-finite step, the largest spread, the last step
+# above chance; else sums.
+_WINDOW = dict(nonfinite_from=jnp.minimum, logit_spread=jnp.maximum, learning_at=jnp.maximum)
+
+STALL_STEPS = 100  # steps in a row no better than chance (and at least an epoch's) before a run has stalled
+STALL_LOSS = 0.05  # a loss this share below ln C, the uniform prediction's, is better than chance
+
+
+def above_chance(loss, top1, count, classes: int):
+  """Whether a batch's mean loss or top-1 beats chance by more than a batch's noise: the loss STALL_LOSS below
+  ln C, or top-1 three standard deviations (of a batch's share of right guesses at chance, 1/C each) above 1/C."""
+  p = 1 / classes
+  noise = jnp.maximum(0.05, 3 * jnp.sqrt(p * (1 - p) / jnp.maximum(count, 1)))
+  return (loss < (1 - STALL_LOSS) * np.log(classes)) | (top1 > p + noise)
+
+
+class Stall:
+  """Counts the steps in a row no better than chance (step_health's `learning_at`, read at each log) and says once,
+  in one line, when they reach STALL_STEPS or an epoch, whichever is longer: a healthy run leaves chance within its
+  first steps; one that stays there (the paper's initialisation and learning rate on a small set, say) has stalled,
+  though its logits may still vary a little (where `Collapsed`, for logits that do not vary at all, stops it)."""
+
+  def __init__(self, start: int, classes: int, steps_per_epoch: int):
+    self.learning_at, self.classes, self.said = start, classes, False
+    self.limit = max(STALL_STEPS, steps_per_epoch)
+
+  def steps(self, window: dict, done: int) -> int:
+    """The steps in a row no better than chance up to step `done`, with the window just read."""
+    self.learning_at = max(self.learning_at, int(window["learning_at"]))
+    return done - self.learning_at
+
+  def message(self, steps: int, done: int, loss: float) -> str | None:
+    """The one line to say, the first time `steps` reach the limit; else None."""
+    if self.said or steps < self.limit:
+      return None
+    self.said = True
+    return (f"warning: training has stalled: for {steps} steps (since step {done - steps + 1}) the loss has stayed "
+            f"near or above ln {self.classes} = {np.log(self.classes):.3f} (now {loss:.3f}) and top-1 at chance: the "
+            "network is not learning. Try --config.weight_init=he, a lower --config.learning_rate, or "
+            "--config.warmup_steps=100; configs/own_images.py learns on small sets")
 
 
 def accumulate(sums: dict | None, metrics: dict) -> dict:

@@ -103,8 +103,8 @@ def evaluate_checkpoint(workdir: str, config=None, crops=(1, 10)) -> tuple[int, 
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains to config.num_epochs, resuming from the newest checkpoint in `workdir` that restores; returns the final
-  eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM, SIGINT or SIGHUP stop it after a step,
+  """Trains to config.num_epochs (or num_steps), resuming from the newest checkpoint in `workdir` that restores;
+  returns the final eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM, SIGINT or SIGHUP stop it after a step,
   the same on every process, with that step saved (guard.Interrupted); a non-finite loss or state stops it without
   saving (guard.Diverged)."""
   config = validate(config)
@@ -151,6 +151,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
   diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
   collapse, dead_logs, dead_since = None, 0, None  # guard.Collapsed, once COLLAPSE_LOGS logs in a row say so
+  stall = guard.Stall(start, dataset.num_classes, dataset.num_train // config.batch_size)
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
                   disable=not distributed.is_writer())
   for step in range(start, setup.total_steps):
@@ -166,10 +167,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
       window = jax.device_get(sums)
       train = summarise(window)
       train |= dict(learning_rate=float(lr), logit_spread=float(window["logit_spread"]),
+                    steps_at_chance=stall.steps(window, done),
                     steps_per_sec=(done - logged) / (time.time() - t0), skipped_images=skipped)
       if writer:
         writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
+      if said := stall.message(train["steps_at_chance"], done, train["loss"]):
+        bar.write(said)
+        if writer:
+          writer.note(done, said)
       if (bad := guard.first_nonfinite(window)) is not None:
         diverged = bad, "a non-finite loss"
       dead = guard.collapsed(window, train, dataset.num_classes)
@@ -210,7 +216,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   state = steps.leave(state)
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.batch_rows)
-  colour = write_pictures(workdir, setup, state)
+  colour = write_pictures(workdir, setup, state, config)
   if colour:
     print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
@@ -285,9 +291,13 @@ def weights_from(path: str, setup: Setup, params):
                       loaded, params)
 
 
-def write_pictures(workdir: str, setup: Setup, state: TrainState) -> dict:
-  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir, by process 0 (every
-  process takes part in gathering the filters from the devices that hold them); {} elsewhere."""
+def write_pictures(workdir: str, setup: Setup, state: TrainState, config) -> dict:
+  """curves.png and the first conv layer's filters per tower (conv1_filters.png) in the workdir, and what training
+  changed in them (conv1_learned.png: the initial filters are made again from config.seed, unless the run started
+  from a weights file), by process 0 (every process takes part in gathering the filters from the devices that hold
+  them); {} elsewhere."""
   first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
-  kernel = multihost_utils.process_allgather(state.params[first]["kernel"], tiled=True)
-  return pictures.write_all(workdir, kernel) if distributed.is_writer() else {}
+  gather = lambda params: multihost_utils.process_allgather(params[first]["kernel"], tiled=True)  # noqa: E731
+  kernel = gather(state.params)
+  initial = None if config.init_from else gather(create_train_state(setup, jax.random.key(config.seed)).params)
+  return pictures.write_all(workdir, kernel, int(state.step), initial) if distributed.is_writer() else {}

@@ -104,6 +104,14 @@ class MetricWriter:
     with open(self.jsonl, "a") as f:
       f.write(json.dumps(row, allow_nan=False) + "\n")
 
+  def note(self, step: int, message: str) -> None:
+    """A line of words about the run at `step` (a warning): a row of split 'note' in metrics.jsonl, and TensorBoard
+    text."""
+    self.events.write_event(Event(wall_time=time.time(), step=step, summary=summary.text("note", message)))
+    self.events.flush()
+    with open(self.jsonl, "a") as f:
+      f.write(json.dumps(dict(step=step, split="note", message=message)) + "\n")
+
   def write_config(self, config) -> None:
     self.events.write_event(Event(wall_time=time.time(), step=0,
                                   summary=summary.text("config", "```\n" + str(config) + "\n```")))

@@ -20,6 +20,7 @@ from alexnet_jax.network.table import Layer, Table
 
 FILE = "run.json"
 VERSION = 1
+LATER_KEYS = ("dataset.flip", "num_steps", "warmup_steps")  # keys that run.json files of version 1 may lack
 # What a checkpoint's numbers mean: a reader that changes one of these reads another network, or other inputs.
 RUN_KEYS = ("network", "width", "towers", "image_size", "lrn_alpha_over_n", "dataset.name", "dataset.resize",
             "dataset.num_classes")
@@ -84,6 +85,8 @@ def from_description(d: dict) -> Run:
     node, stored = config, d["config"]
     for part in parents:
       node, stored = node[part], stored[part]
+    if leaf not in stored and name in LATER_KEYS:
+      continue  # a run written before the key existed ran at its paper value
     value = stored[leaf]
     node[leaf] = tuple(value) if isinstance(value, list) else value
   data, network = d["dataset"], d["network"]

@@ -78,7 +78,7 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
   spread = config.gather_input or config.dataset.decoder == "gpu"
   rows = Rows(mesh, ("data", "model") if spread else plan.input_axes)
   steps_per_epoch = max(1, num_train // config.batch_size)
-  total_steps = math.ceil(config.num_epochs * steps_per_epoch)
+  total_steps = config.num_steps or math.ceil(config.num_epochs * steps_per_epoch)
   if total_steps > MAX_STEPS or max((*config.lr_drop_epochs, config.warmup_epochs)) * steps_per_epoch > MAX_STEPS:
     raise ValueError(f"config.num_epochs, lr_drop_epochs and warmup_epochs must stay within {MAX_STEPS:,} steps "
                      f"({steps_per_epoch:,} an epoch here)")
@@ -91,13 +91,13 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
 
 def learning_rates(config, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
   """The paper's: config.learning_rate divided by 10 after each of lr_drop_epochs; or (lr_schedule 'cosine')
-  decayed to 0 over the run; either after a linear warm-up over warmup_epochs."""
+  decayed to 0 over the run; either after a linear warm-up over warmup_steps (or warmup_epochs)."""
   if config.lr_schedule == "steps":
     base = optax.piecewise_constant_schedule(
         config.learning_rate, {int(e * steps_per_epoch): 0.1 for e in config.lr_drop_epochs})
   else:
     base = optax.cosine_decay_schedule(config.learning_rate, total_steps)
-  warmup = int(config.warmup_epochs * steps_per_epoch)
+  warmup = config.warmup_steps or int(config.warmup_epochs * steps_per_epoch)
   if not warmup:
     return base
   return lambda step: base(step) * jnp.minimum(1.0, (step + 1) / warmup)
@@ -246,7 +246,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   with jax.named_scope("metrics"):  # where the rows are spread (data parallelism), the spread's max and min are reduced
-    metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics["loss"], logits)
+    metrics |= dict(learning_rate=setup.schedule(state.step)) | guard.step_health(state.step, metrics, logits)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                        compute_kernels=compute_kernels(setup, params) if narrow else None), metrics
 
@@ -256,24 +256,35 @@ def _named_pmean(name: str, tree, axis: str):
     return lax.pmean(tree, axis)
 
 
+CROPS = (1, 5, 10)  # the centre crop; the four corners' and the centre's; those and their mirrors (the paper's)
+
+
+def multi_crop(config) -> int:
+  """The many-crop evaluation that fits a run of `config`: the paper's 10 where training mirrored its crops, else
+  the 5 unmirrored, as a mirror is an image such a run never saw (and a mirrored grating or letter may be another
+  class). The procedural set is never cropped nor mirrored."""
+  return 10 if config.dataset.flip and config.dataset.name != "procedural" else 5
+
+
 def class_log_probs(setup: Setup, params, images: jax.Array, crops: int = 1) -> jax.Array:
   """log p(class | image) (N, classes) for stored uint8 images (N, S, S, 3): of their centre crops (crops=1), or the
-  log of the mean softmax of the paper's 10 crops (corners, centre and mirrors), cut on the device."""
+  log of the mean softmax of 5 crops (corners and centre) or the paper's 10 (and their mirrors), cut on the
+  device."""
   forward, key = logits_fn(setup), jax.random.key(0)  # no dropout outside training: the key is unused
   if crops == 1:
     return jax.nn.log_softmax(forward(params, eval_input(setup, images), key, False).astype(jnp.float32))
-  if crops != 10:
-    raise ValueError(f"crops must be 1 (centre) or 10 (corners, centre and mirrors), got {crops}")
+  if crops not in CROPS:
+    raise ValueError(f"crops must be 1 (centre), 5 (corners and centre) or 10 (and their mirrors), got {crops}")
   n, s = images.shape[0], setup.image_size
   with jax.named_scope("input"):
-    tens = _placed(setup, device_augment.ten_crops(images, s), setup.plan.input_axes)
+    tens = _placed(setup, device_augment.ten_crops(images, s)[:, :crops], setup.plan.input_axes)
     tens = device_augment.normalise(tens, None, setup.mean, setup.std).reshape(n * crops, s, s, 3)
   probs = jax.nn.softmax(forward(params, tens, key, False).astype(jnp.float32)).reshape(n, crops, -1).mean(1)
   return jnp.log(probs + 1e-30)  # finite where a mean is 0
 
 
 def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
-  """Metrics of one evaluation batch of stored images (N, S, S, 3) on `crops` (class_log_probs); 10 crops are
+  """Metrics of one evaluation batch of stored images (N, S, S, 3) on `crops` (class_log_probs); 5 or 10 crops are
   scored by their mean softmax, the loss then the cross-entropy of that mean."""
   with jax.named_scope("labels"):
     labels, mask = (_placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))

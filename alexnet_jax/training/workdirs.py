@@ -1,5 +1,7 @@
 """A training run's hold on its workdir: an advisory lock that refuses a second run in the same directory, and
-failures to write there (read-only, not a directory, disk full) reported in one line naming the path."""
+failures to write there (read-only, not a directory, disk full) reported in one line naming the path. A run that
+made its workdir and stops before writing anything in it (a mistyped data_dir, a split that is not there) takes the
+directory away again, so that the next attempt, and `ls runs/`, do not meet an empty run."""
 
 import contextlib
 import errno
@@ -33,10 +35,12 @@ def _inside(workdir: str, path) -> bool:
 def claim(workdir: str, lock: bool = True):
   """Within: `workdir` exists and is this run's alone (an flock on <workdir>/.lock, released on exit, also when the
   process dies; lock=False leaves it to another process of the same run, such as the first of several hosts). An
-  OSError about a path in the workdir, or one that says the disk is full, becomes a WorkdirError of one line."""
+  OSError about a path in the workdir, or one that says the disk is full, becomes a WorkdirError of one line. On the
+  way out, the directories this call made go again if nothing but the lock was written in them."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir {workdir} is a file, not a directory: pass a directory")
   _check_length(workdir)
+  made, held = _missing(workdir), None
   try:
     os.makedirs(workdir, exist_ok=True)
     held = open(os.path.join(workdir, LOCK), "a+") if lock else None
@@ -45,17 +49,52 @@ def claim(workdir: str, lock: bool = True):
         tempfile.TemporaryFile(dir=d).close()
   except OSError as e:
     raise unwritable(workdir, e) from None
+  taken = False
   try:
     if held is not None:
       _take(held, workdir)
+      taken = True
     yield
   except OSError as e:
     if e.errno in FULL or _inside(workdir, e.filename):
       raise unwritable(workdir, e) from None
     raise
   finally:
+    if taken:  # only the run that holds the lock: a refused one would take the directory from under the holder
+      _remove_if_empty(made)
     if held is not None:
       held.close()  # releases the flock
+
+
+def _missing(workdir: str) -> list[str]:
+  """The directories that makedirs(workdir) would make, workdir first."""
+  missing, path = [], os.path.abspath(workdir)
+  while not os.path.exists(path):
+    missing.append(path)
+    path = os.path.dirname(path)
+  return missing
+
+
+def _remove_if_empty(made: list[str]) -> None:
+  """Removes the directories of `made` (this run's, workdir first) if nothing but the lock and empty folders lies in
+  them; a file of any other name, a checkpoint's or run.json, keeps them all. A directory this run did not make is
+  never touched."""
+  if not made:
+    return
+  lock = os.path.join(made[0], LOCK)
+  for root, dirs, files in os.walk(made[0]):
+    if any(os.path.join(root, f) != lock for f in files) or any(os.path.islink(os.path.join(root, d)) for d in dirs):
+      return
+  try:
+    for root, dirs, _ in os.walk(made[0], topdown=False):
+      for d in dirs:
+        os.rmdir(os.path.join(root, d))
+    if os.path.exists(lock):
+      os.remove(lock)
+    for d in made:
+      os.rmdir(d)
+  except OSError:
+    pass  # another process wrote there meanwhile, or removal is refused: the directory stays, as it would have
 
 
 # What the checkpoints add below the workdir at most (checkpoints/<step>/state/ocdbt.process_<i>/d/<32 hex digits>,
