@@ -2,10 +2,12 @@
 
 import json
 
+import jax
 import numpy as np
 from PIL import Image
 
-from alexnet_jax.training import pictures
+from alexnet_jax.config import paper_config
+from alexnet_jax.training import pictures, train
 
 
 def test_colour_specialisation_tells_grey_from_colour_towers():
@@ -111,3 +113,13 @@ def test_conv1_learned_shows_what_training_added_to_the_random_start(tmp_path):
   caption = pictures.filters_caption(change, 24, "11×11", 5, change=True)
   assert caption.startswith("What training changed in conv1's 24 filters (11×11 pixels, RGB) after 5 steps: each "
                             "filter minus its random start") and "top: tower a, bottom: tower b" in caption
+
+
+def test_the_random_start_is_remade_exactly_from_the_seed():
+  # conv1_learned.png subtracts conv1 as create_train_state drew it, remade alone from the run's seed.
+  config = paper_config()
+  config.width, config.image_size = 0.0625, 64
+  setup = train.make_setup(config, 10, 1000)
+  drawn = train.create_train_state(setup, jax.random.key(7)).params["conv1"]["kernel"]
+  remade = jax.jit(lambda key: train.initial_params(setup, key)["conv1"]["kernel"])(jax.random.key(7))
+  np.testing.assert_array_equal(np.asarray(jax.device_get(drawn)), np.asarray(remade))

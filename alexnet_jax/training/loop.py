@@ -28,6 +28,7 @@ from alexnet_jax.training.train import (
   create_train_state,
   dataset_setup,
   eval_step,
+  initial_params,
   jitted,
   make_setup,
   train_state_init,
@@ -297,7 +298,8 @@ def write_pictures(workdir: str, setup: Setup, state: TrainState, config) -> dic
   from a weights file), by process 0 (every process takes part in gathering the filters from the devices that hold
   them); {} elsewhere."""
   first = next(layer.name for layer in setup.net.table.layers if layer.kind == "conv")
-  gather = lambda params: multihost_utils.process_allgather(params[first]["kernel"], tiled=True)  # noqa: E731
-  kernel = gather(state.params)
-  initial = None if config.init_from else gather(create_train_state(setup, jax.random.key(config.seed)).params)
+  kernel = multihost_utils.process_allgather(state.params[first]["kernel"], tiled=True)
+  initial = None
+  if not config.init_from:  # the first layer's alone: XLA leaves the other layers' draws out of the program
+    initial = jax.jit(lambda key: initial_params(setup, key)[first]["kernel"])(jax.random.key(config.seed))
   return pictures.write_all(workdir, kernel, int(state.step), initial) if distributed.is_writer() else {}

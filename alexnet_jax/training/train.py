@@ -116,9 +116,14 @@ def create_train_state(setup: Setup, key) -> TrainState:
 def train_state_init(setup: Setup):
   """The jitted `key -> TrainState` of create_train_state; its `.eval_shape(key)` gives the state's shapes and
   shardings without computing it (what an export is traced with)."""
-  s = setup.image_size
-  return placed_init(setup, lambda key: setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"],
+  return placed_init(setup, functools.partial(initial_params, setup),
                      lambda params: sharding.param_shardings(setup.mesh, setup.net, params))
+
+
+def initial_params(setup: Setup, key) -> dict:
+  """The network's parameters as create_train_state draws them from `key`, unplaced."""
+  s = setup.image_size
+  return setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
 
 
 def placed_init(setup: Setup, init_params, shardings):
