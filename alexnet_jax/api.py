@@ -16,12 +16,13 @@ taken in order:
 - a PIL image, of any mode;
 - an array: (H, W) grey, (H, W, C) one image, (N, H, W, C) a batch of N, C being 1 (grey), 3 (RGB) or 4 (RGBA, the
   alpha dropped); uint8, or uint16 (its top byte kept, as sources.to_uint8). Another dtype is refused (a float's
-  range cannot be known: (x * 255).round().astype(np.uint8) for one in [0, 1]), and so is a channels-first array;
+  range cannot be known: (x * 255).round().astype(np.uint8) for one in [0, 1]), and so is a channels-first array
+  (its first image axis 1, 3 or 4 long before a longer one: a (3, H, W) array is refused, not read as 3 rows);
 - a list, tuple or iterator of any of these, mixed.
-Files and PIL images are turned upright by their EXIF orientation; then every image goes one way, whatever it came
-as: its (H, W, 3) pixels resized to the run's stored side S (shorter side S, PIL's bilinear, the central S×S, as
-training stored its images), then centre-cropped (or 10-cropped) on the device. A file, its PIL image and its pixels
-score the same.
+Files and PIL images are turned upright by their EXIF orientation (sources.upright, as training reads them); then
+every image goes one way, whatever it came as: its (H, W, 3) pixels resized to the run's stored side S (shorter side
+S, PIL's bilinear, the central S×S, as training stored its images), then centre-cropped (or 10-cropped) on the
+device. A file, its PIL image and its pixels score the same.
 
 An image file that cannot be read raises a ValueError when it is `images` alone. In a folder or a list it is skipped
 with a warning that names it and says why, and keeps its place: `predict` gives it a row of NaN and `top` None, so
@@ -40,7 +41,7 @@ import warnings
 import jax
 import ml_collections
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from alexnet_jax.config import apply_process_settings
 from alexnet_jax.data import augment, get_dataset, sources
@@ -149,8 +150,9 @@ def _files(path: str) -> list[str]:
 
 def _arrays(array: np.ndarray) -> list[np.ndarray]:
   """The images of an array: (H, W) and (H, W, C) one, (N, H, W, C) N."""
-  one = array.ndim == 2 or (array.ndim == 3 and array.shape[-1] in CHANNELS)
-  if not one and not (array.ndim == 4 and array.shape[-1] in CHANNELS):
+  channels_last = array.ndim in (3, 4) and array.shape[-1] in CHANNELS and not _channels_first(array.shape)
+  one = array.ndim == 2 or (array.ndim == 3 and channels_last)
+  if not one and not (array.ndim == 4 and channels_last):
     raise ValueError(_not_images(array.shape))
   if array.dtype not in (np.uint8, np.uint16):
     raise ValueError(f"{array.dtype} pixels: images are uint8 (or uint16) arrays; floats in [0, 1] as "
@@ -160,9 +162,15 @@ def _arrays(array: np.ndarray) -> list[np.ndarray]:
   return [array] if one else list(array)
 
 
+def _channels_first(shape: tuple) -> bool:
+  """Whether an array of images has them (C, H, W): a channel count before a side longer than 4. Read as (H, W, C),
+  a (3, H, W) array whose W is 1, 3 or 4 would be an image of 3 rows, a strip that no camera makes."""
+  return len(shape) in (3, 4) and shape[-3] in CHANNELS and shape[-2] > 4
+
+
 def _not_images(shape: tuple) -> str:
   given = f"a {len(shape)}-dimensional array {shape}"
-  if len(shape) == 3 and shape[0] in CHANNELS and min(shape[1:]) > 4:
+  if len(shape) == 3 and _channels_first(shape):
     return f"{given} looks channels-first (C, H, W): pass (H, W, C), e.g. np.transpose(image, (1, 2, 0))"
   if len(shape) == 4 and shape[1] in CHANNELS:
     return f"{given} looks channels-first (N, C, H, W): pass (N, H, W, C), e.g. np.transpose(images, (0, 2, 3, 1))"
@@ -170,13 +178,21 @@ def _not_images(shape: tuple) -> str:
 
 
 def _pixels(image) -> np.ndarray:
-  """(H, W, 3) uint8 of a file or a PIL image, upright by its EXIF orientation, or of a checked array."""
+  """(H, W, 3) uint8 of a file (read as training reads it, whole: no draft decode) or a PIL image, upright by its
+  EXIF orientation, or of a checked array."""
   if isinstance(image, np.ndarray):
     return sources.as_rgb(sources.to_uint8(image))
   if isinstance(image, str):
-    with Image.open(image) as opened:
-      return sources.rgb(ImageOps.exif_transpose(opened))
-  return sources.rgb(ImageOps.exif_transpose(image))
+    return sources.decode(image)
+  return sources.rgb(sources.upright(image))
+
+
+def check_top(k) -> int:
+  """k, the classes to name per image (Model.top's k, scripts/predict.py's --top), or the ValueError that refuses
+  it: a whole number ≥ 1; one above the number of classes names them all."""
+  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+    raise ValueError(f"k must be a whole number ≥ 1 (the classes to name per image), not {k!r}")
+  return int(k)
 
 
 def _why(e: Exception) -> str:
@@ -223,8 +239,7 @@ class Model:
   def top(self, images, k: int = 5, crops: int = 1) -> list[list[tuple[str, float]] | None]:
     """The k likeliest classes of each image in order, with their probabilities (k ≥ 1; all of them where k is more
     than the classes); None for a file that cannot be read (skipped with a warning)."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-      raise ValueError(f"k must be a whole number ≥ 1 (the classes to name per image), not {k!r}")
+    k = check_top(k)
     probs, skipped = self._predict(images, crops)
     return [None if why else [(self.classes[c], float(p[c])) for c in np.argsort(-p, kind="stable")[:k]]
             for p, why in zip(probs, skipped)]

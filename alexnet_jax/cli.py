@@ -4,8 +4,11 @@
 import os
 import re
 import sys
+import threading
+import time
 import traceback
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -92,6 +95,31 @@ def _raised_in(e: BaseException, path: str) -> tuple[BaseException, int] | None:
   return None
 
 
+def _config_file_fault(e: BaseException, path: str) -> str | None:
+  """What is wrong with a config file that fails before its code runs or is called amiss, if that is the fault:
+  ml_collections reports these as errors of its own, or the required --config as unset."""
+  for error in _chain(e):
+    if isinstance(error, SyntaxError):  # null bytes: Python refuses the file before it has lines
+      return f"SyntaxError: {error.msg}"
+    if isinstance(error, AttributeError) and "get_config" in str(error):
+      return "it defines no get_config()"
+    if isinstance(error, TypeError) and (m := re.search(r"get_config\(\) (missing|takes)[^\n]*", str(error))):
+      return f"{m.group(0)}: the scripts call get_config() without arguments"
+  if "--config must have a value other than None" in str(e):
+    return "get_config() returned None, not an ml_collections.ConfigDict: is its return statement missing?"
+  return None
+
+
+def _chain(e: BaseException):
+  while e is not None:
+    yield e
+    e = e.__cause__ or e.__context__
+
+
+def _kind(value) -> str:
+  return f"a {type(value).__name__}" if value is not None else "None"
+
+
 HELP_FLAGS = ("-?", "--help", "-help", "--helpshort", "-helpshort", "--helpfull", "-helpfull", "--helpxml",
               "-helpxml")
 
@@ -105,6 +133,8 @@ def parse_flags(argv):
              "--config.KEY=VALUE")
   if path is not None and not os.path.isfile(path):
     sys.exit(f"error: no config file {path}")
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)  # ml_collections warns of a get_config() returning None: said below
   try:
     argv = flags.FLAGS(argv)
   except SystemExit as e:
@@ -119,11 +149,16 @@ def parse_flags(argv):
       error, line = raised
       message = error.msg if isinstance(error, SyntaxError) else _short(str(error))
       sys.exit(f"error: config file {path}, line {line}: {type(error).__name__}: {message}")
-    if isinstance(e, AttributeError) and "get_config" in str(e):
-      sys.exit(f"error: config file {path} defines no get_config()")
+    if path and (said := _config_file_fault(e, path)):
+      sys.exit(f"error: config file {path}: {said}")
     if not isinstance(e, AttributeError | KeyError | TypeError | ValueError | flags.Error):
       raise
     sys.exit(_bad_flag(e))
+  finally:
+    logging.set_verbosity(verbosity)
+  if path and not isinstance(flags.FLAGS["config"].value, ml_collections.ConfigDict):
+    sys.exit(f"error: config file {path}: get_config() returned {_kind(flags.FLAGS['config'].value)}, not an "
+             "ml_collections.ConfigDict: return alexnet_jax.config.paper_config() with your changes")
   for name in PATH_FLAGS:  # `--workdir=` would quietly mean the default, and resume whatever run is there
     if name in flags.FLAGS and flags.FLAGS[name].present and not (flags.FLAGS[name].value or "").strip():
       sys.exit(f"error: --{name} is empty: give it a path, or leave the flag out")
@@ -172,4 +207,27 @@ def run(main, required=()) -> None:
     app.run(main_or_show, flags_parser=parse_flags)
   except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
-    sys.exit(130)  # 128 + SIGINT, the shell's convention
+    _leave(130)  # 128 + SIGINT, the shell's convention
+  except SystemExit as e:
+    if e.code not in (None, 0):
+      if not isinstance(e.code, int):
+        print(e.code, file=sys.stderr)
+      _leave(e.code if isinstance(e.code, int) else 1)
+    raise
+
+
+EXIT_GRACE_S = 10.0  # for the threads still running when a script fails, before it ends without them
+
+
+def _leave(status: int) -> None:
+  """Ends a failed script with `status` within EXIT_GRACE_S: a library's thread left waiting for a signal that a
+  failed operation never sent (orbax's, after a save that broke) would otherwise hold the process at its end."""
+  for stream in (sys.stdout, sys.stderr):
+    stream.flush()
+  deadline = time.monotonic() + EXIT_GRACE_S
+  for thread in threading.enumerate():
+    if thread is not threading.current_thread() and not thread.daemon:
+      threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))  # orbax's own join raises on a timeout
+  if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+    os._exit(status)
+  sys.exit(status)

@@ -1,11 +1,12 @@
 """Portable artifacts of a network (jax.export): serialised StableHLO that any JAX of a compatible version loads and
 runs on the platforms it was exported for, without this package's code (except a train step's pytree types).
 
-An artifact file is MAGIC, one line of JSON — what it says of itself (an inference artifact: the class names, the
-statistics its uint8 input is normalised with, the stored size, the crop), its format, its payload's length and
-SHA-256 — then jax.export's serialisation, the payload: `load` checks the digest, so a truncated or altered file is
-refused, and a reader without this package splits the file at the first two newlines and calls
-`jax.export.deserialize` on the rest.
+An artifact file is MAGIC, one line of JSON, the header — what it says of itself (an inference artifact: the class
+names, the statistics its uint8 input is normalised with, the stored size, the crop), its format, its payload's
+length and a SHA-256 — then jax.export's serialisation, the payload. The SHA-256 is of the header and the payload
+together (`digest`), so that `load` refuses a truncated or altered file, its class names edited included; it also
+refuses a payload that does not deserialise, and class names that are not one per logit. A reader without this
+package splits the file at the first two newlines and calls `jax.export.deserialize` on the rest.
 
 Two functions can be exported, for a batch of any size (one device, and no Triton kernels in a cuda program:
 jax-triton compiles a kernel for one shape) or of the size given:
@@ -46,7 +47,7 @@ from jax.sharding import PartitionSpec as P
 from alexnet_jax.data.placement import random_batch
 from alexnet_jax.network import model, sharding
 from alexnet_jax.ops.backend import cuda_here
-from alexnet_jax.training import train
+from alexnet_jax.training import train, workdirs
 
 FUNCTIONS = ("inference", "train_step")
 INPUTS = ("uint8", "chwn")
@@ -177,7 +178,7 @@ def export_train_step(setup: train.Setup, *, platforms, batch_size: int | None =
 
 
 MAGIC = b"alexnet_jax artifact\n"
-FORMAT = 1
+FORMAT = 2  # 1: the digest was of the payload alone, so the header could be edited unnoticed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,24 +194,30 @@ class Artifact:
     return tuple(self.facts.get("classes", ()))
 
 
+def digest(header: dict, payload: bytes) -> str:
+  """The SHA-256 an artifact's header carries: of the header's other keys as JSON (keys sorted, json.dumps' default
+  separators), a newline, then the payload. Of the JSON's meaning, not its bytes, so a reader may re-encode it."""
+  fields = {k: v for k, v in header.items() if k != "sha256"}
+  return hashlib.sha256(json.dumps(fields, sort_keys=True).encode() + b"\n" + bytes(payload)).hexdigest()
+
+
 def save(exported: jax.export.Exported, path: str, facts: dict) -> int:
-  """Writes the artifact — MAGIC, a line of JSON (`facts`, the format, the payload's length and SHA-256), then
+  """Writes the artifact — MAGIC, a line of JSON (`facts`, the format, the payload's length, `digest`), then
   jax.export's serialisation — whole or not at all; returns its bytes."""
-  payload = exported.serialize()
-  header = dict(facts, format=FORMAT, payload_bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
-  data = MAGIC + json.dumps(header).encode() + b"\n" + bytes(payload)
-  try:
-    with open(path + ".tmp", "wb") as f:
-      f.write(data)
-    os.replace(path + ".tmp", path)
-  except OSError as e:
-    raise ValueError(f"cannot write {path}: {e.strerror or e}") from None
+  if mismatch := _class_mismatch(exported, facts):
+    raise ValueError(f"cannot export to {path}: {mismatch}")
+  payload = bytes(exported.serialize())
+  header = dict(facts, format=FORMAT, payload_bytes=len(payload))
+  header["sha256"] = digest(header, payload)
+  data = MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+  workdirs.write_file(path, data)
   return len(data)
 
 
 def load(path: str) -> Artifact:
-  """The artifact at `path`, its payload checked against its SHA-256: one ValueError for a file that is not one,
-  truncated or altered."""
+  """The artifact at `path`, its header and payload checked against its SHA-256: one ValueError for a file that is
+  not one, truncated, altered or of an earlier format, a payload that is not a program, or class names that are not
+  one per logit."""
   try:
     with open(path, "rb") as f:
       data = f.read()
@@ -223,16 +230,44 @@ def load(path: str) -> Artifact:
     facts = json.loads(data[len(MAGIC):end])
   except ValueError:
     raise ValueError(f"{path}: its header is not JSON: the file is damaged") from None
+  if not isinstance(facts, dict):
+    raise ValueError(f"{path}: its header is not a JSON object: the file is damaged")
   payload = data[end + 1:]
   if facts.get("format") != FORMAT:
-    raise ValueError(f"{path} has format {facts.get('format')!r}; this package reads {FORMAT}")
-  if len(payload) != facts.get("payload_bytes") or hashlib.sha256(payload).hexdigest() != facts.get("sha256"):
-    raise ValueError(f"{path} is damaged: its program's bytes are not those it was written with (truncated or "
+    raise ValueError(f"{path} is an artifact of format {facts.get('format')!r}, this package reads format {FORMAT} "
+                     "(its digest covers the header too): export it again with scripts/export.py")
+  if len(payload) != facts.get("payload_bytes") or digest(facts, payload) != facts.get("sha256"):
+    raise ValueError(f"{path} is damaged: its header or program is not what it was written with (truncated or "
                      "altered); export it again")
-  exported = jax.export.deserialize(bytearray(payload))
+  exported = _deserialize(path, payload)
+  if mismatch := _class_mismatch(exported, facts):
+    raise ValueError(f"{path} is damaged: {mismatch}; export it again")
   if "cuda" in exported.platforms and cuda_here():
     importlib.import_module("jax_triton")  # registers TRITON_CALL with XLA (importable with a CUDA jaxlib only)
   return Artifact(exported, facts)
+
+
+def _deserialize(path: str, payload: bytes) -> jax.export.Exported:
+  try:
+    return jax.export.deserialize(bytearray(payload))
+  except Exception as e:  # noqa: BLE001  (flatbuffers fails on foreign bytes in many ways: struct.error, IndexError…)
+    kind = type(e).__qualname__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__name__}"
+    why = (str(e).splitlines() or [""])[0]
+    raise ValueError(f"{path} is not an artifact or is damaged: its program cannot be read by this JAX "
+                     f"({kind}{': ' + why if why else ''}); export it again") from None
+
+
+def _class_mismatch(exported: jax.export.Exported, facts: dict) -> str | None:
+  """Why `facts`' class names do not name the logits of `exported`, if they do not (facts without them: None)."""
+  if "classes" not in facts:
+    return None
+  classes, outputs = facts["classes"], exported.out_avals
+  logits = outputs[0].shape[1] if len(outputs) == 1 and outputs[0].ndim == 2 else None
+  if isinstance(classes, list) and logits == len(classes):
+    return None
+  named = f"{len(classes)} classes" if isinstance(classes, list) else f"classes {classes!r}"
+  gives = ", ".join(f"{a.dtype}{list(a.shape)}" for a in outputs)
+  return f"its header names {named} for a program whose output is ({gives})"
 
 
 def facts_of(described, input_kind: str = "uint8") -> dict:

@@ -7,7 +7,7 @@ A run that trained without mirrored crops (config.dataset.flip False, or the pro
 unmirrored crops in place of 10: a mirror is an image it never saw. The run's directory says everything else
 (run.json: its config, classes and statistics); --config.KEY=VALUE changes how it is read (e.g.
 --config.dataset.data_dir where the data lies now, --config.eval_batch_size). Prints a table and writes
-eval_<step>.json into the workdir (--out elsewhere).
+eval_<step>.json into the workdir (--out elsewhere, but not over one of the run's own files: run.json, …).
 """
 
 import json
@@ -29,6 +29,7 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
+  from alexnet_jax.training import workdirs  # noqa: PLC0415
   from alexnet_jax.training import distributed  # noqa: PLC0415
   from alexnet_jax.training.loop import evaluate_checkpoint  # noqa: PLC0415
   from alexnet_jax.training.train import CROPS, multi_crop  # noqa: PLC0415
@@ -41,6 +42,8 @@ def main(argv):
     print("note: this run trained without mirrored crops, so half of the 10 crops are images it never saw; "
           "5 crops is its many-crop evaluation")
   try:
+    if flags.FLAGS.out:  # the default, eval_<step>.json, is a new file beside the run's
+      workdirs.check_output("--out", flags.FLAGS.out, flags.FLAGS.workdir)
     distributed.initialize(config)  # as many processes as trained it, or one
     step, results = evaluate_checkpoint(flags.FLAGS.workdir, config, crops)
   except ValueError as e:
@@ -51,12 +54,11 @@ def main(argv):
   for n, r in results.items():
     print(f"{n:>5} {r['count']:>8,} {r['top1']:>15.4f} {r['top5']:>15.4f} {r['loss']:>8.4f}")
   path = flags.FLAGS.out or os.path.join(flags.FLAGS.workdir, f"eval_{step}.json")
+  written = dict(step=step, dataset=config.dataset.name, split=config.dataset.eval_split, results=results)
   try:
-    with open(path, "w") as f:
-      json.dump(dict(step=step, dataset=config.dataset.name, split=config.dataset.eval_split, results=results), f,
-                indent=1)
-  except OSError as e:
-    sys.exit(f"error: cannot write {path}: {e.strerror or e}; the results are above")
+    workdirs.write_file(path, json.dumps(written, indent=1).encode())
+  except ValueError as e:
+    sys.exit(f"error: {e}; the results are above")
   print(f"wrote {path}")
 
 

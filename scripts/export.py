@@ -9,7 +9,8 @@ pipeline gives them ('uint8', S the run's stored side; scripts/predict.py --arti
 or for normalised CHWN crops (3, image_size, image_size, N) ('chwn'). 'train_step': (state, batch, key) → (state,
 metrics) of the run's config. N is any batch unless --batch fixes it (a cuda program with the Triton kernels needs
 one). The artifact runs on one device (--mesh run: on as many as the run's mesh has). 'cuda' with the Triton kernels
-can only be exported beside a CUDA GPU, and the artifact then needs a GPU of that compute capability.
+can only be exported beside a CUDA GPU, and the artifact then needs a GPU of that compute capability. --out may be
+in the workdir (DIR/model.jaxexport), but not one of the run's own files (run.json, metrics.jsonl, checkpoints/, …).
 """
 
 import sys
@@ -31,8 +32,10 @@ flags.DEFINE_enum("mesh", "one", ["one", "run"], "the devices the artifact runs 
 def write_artifact(config, args) -> str:
   """Writes the artifact; returns what it holds, in one line."""
   from alexnet_jax import export  # noqa: PLC0415  (after apply_process_settings)
+  from alexnet_jax.training import workdirs  # noqa: PLC0415
   from alexnet_jax.training import loop  # noqa: PLC0415
 
+  workdirs.check_output("--out", args.out, args.workdir)  # before anything is read: the run's files stay whole
   if args.mesh == "one":
     config.mesh.model, config.mesh.data = 1, 1
   described, setup, state = loop.restore_newest(args.workdir, config)

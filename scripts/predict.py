@@ -11,11 +11,13 @@ classes with their probabilities; --json and --csv write them too, every image i
 read is skipped, and said so: on stderr ("skipped PATH: why"), in --json as {"path": …, "skipped": why} beside the
 images read, {"path": …, "top": [{"rank": 1, "class": …, "probability": …}, …]}, and in --csv, whose columns are
 path, rank, class, probability, skipped, as the row PATH,,,,why (an image read has a row per rank, skipped empty).
---json and --csv may not name a file of the run (run.json, metrics, pictures, checkpoints/, tensorboard/), the
-artifact or an image. Runs on one device of whatever the host has.
+--json and --csv may not name a file of the run (run.json, metrics, pictures, checkpoints/, tensorboard/: a new file
+in the workdir is fine), the artifact or an image; each is written whole or not at all. Runs on one device of
+whatever the host has.
 """
 
 import csv
+import io
 import json
 import os
 import sys
@@ -23,6 +25,7 @@ import sys
 from absl import flags
 
 from alexnet_jax import cli
+from alexnet_jax.training import workdirs
 
 flags.DEFINE_string("workdir", None, "a training run's directory (its run.json and newest checkpoint)")
 flags.DEFINE_string("artifact", None, "an inference artifact of scripts/export.py, in place of --workdir")
@@ -32,9 +35,6 @@ flags.DEFINE_enum("crops", "1", ["1", "5", "10"], "1: centre crop; 5: corners an
 flags.DEFINE_string("json", None, "write the predictions here as JSON")
 flags.DEFINE_string("csv", None, "write the predictions here as CSV (path, rank, class, probability, skipped)")
 flags.DEFINE_integer("batch", 32, "images per call")
-
-# What a run writes in its workdir (the first part of a path in it): never an output of this script.
-RUN_OWNS = ("run.json", ".lock", "metrics.jsonl", "curves.png", "conv1_filters.png", "checkpoints", "tensorboard")
 
 
 def image_paths(paths: list[str]) -> list[str]:
@@ -46,22 +46,16 @@ def image_paths(paths: list[str]) -> list[str]:
 
 
 def check_outputs(args, paths: list[str]) -> None:
-  """Refuses --json or --csv where writing would destroy what is read: the run's files, the artifact, an image, or
-  the other output."""
+  """Refuses --json or --csv where writing would destroy what is read: the run's files (workdirs.check_output, the
+  rule of every script's output), the artifact, an image, or the other output."""
   outputs = [(f"--{name}", getattr(args, name)) for name in ("json", "csv") if getattr(args, name)]
   inputs = {os.path.realpath(p) for p in [*paths, args.artifact] if p}
   for flag, out in outputs:
-    if args.workdir and run_owns(args.workdir, out):
-      raise ValueError(f"{flag} {out} is a file of the run in {args.workdir}: write the predictions elsewhere")
+    workdirs.check_output(flag, out, args.workdir)
     if os.path.realpath(out) in inputs:
       raise ValueError(f"{flag} {out} is one of the inputs: write the predictions elsewhere")
   if len(outputs) == 2 and os.path.realpath(args.json) == os.path.realpath(args.csv):
     raise ValueError(f"--json and --csv name the same file, {args.json}")
-
-
-def run_owns(workdir: str, path: str) -> bool:
-  parts = os.path.relpath(os.path.realpath(path), os.path.realpath(workdir)).split(os.sep)
-  return parts[0] == "." or parts[0] in RUN_OWNS or parts[0].startswith("metrics.jsonl")
 
 
 def read_images(paths: list[str], size: int):
@@ -119,19 +113,29 @@ def rows_of(paths: list[str], whys: list, classes, probs, top: int) -> list[dict
   return rows
 
 
-def write(rows: list[dict], json_path: str | None, csv_path: str | None) -> None:
-  if json_path:
-    with open(json_path, "w") as f:
-      json.dump(rows, f, indent=1)
-  if csv_path:
-    with open(csv_path, "w", newline="") as f:
-      out = csv.writer(f)
-      out.writerow(["path", "rank", "class", "probability", "skipped"])
-      for r in rows:
-        if "top" in r:
-          out.writerows([r["path"], t["rank"], t["class"], f"{t['probability']:.6f}", ""] for t in r["top"])
-        else:
-          out.writerow([r["path"], "", "", "", r["skipped"]])
+def as_csv(rows: list[dict]) -> str:
+  text = io.StringIO(newline="")
+  out = csv.writer(text)
+  out.writerow(["path", "rank", "class", "probability", "skipped"])
+  for r in rows:
+    if "top" in r:
+      out.writerows([r["path"], t["rank"], t["class"], f"{t['probability']:.6f}", ""] for t in r["top"])
+    else:
+      out.writerow([r["path"], "", "", "", r["skipped"]])
+  return text.getvalue()
+
+
+def write(rows: list[dict], json_path: str | None, csv_path: str | None) -> list[str]:
+  """Writes --json and --csv, each whole or not at all, one whether or not the other can be; why each could not."""
+  failed = []
+  for path, text in ((json_path, lambda: json.dumps(rows, indent=1)), (csv_path, lambda: as_csv(rows))):
+    if not path:
+      continue
+    try:  # a file name that is not UTF-8 goes back as the bytes it was listed with
+      workdirs.write_file(path, text().encode("utf-8", "surrogateescape"))
+    except ValueError as e:
+      failed.append(str(e))
+  return failed
 
 
 def main(argv):
@@ -140,9 +144,14 @@ def main(argv):
     sys.exit("error: give --workdir (a training run) or --artifact (an exported model), one of them")
   if len(argv) < 2:
     sys.exit("error: name the images to classify: files or folders")
-  for name in ("top", "batch"):
-    if getattr(args, name) < 1:
-      sys.exit(f"error: --{name} must be ≥ 1")
+  from alexnet_jax.api import check_top  # noqa: PLC0415  (the API's rule for its k, said of the flag)
+
+  try:
+    check_top(args.top)
+  except ValueError:
+    sys.exit(f"error: --top must be ≥ 1 (the classes to name per image), not {args.top}")
+  if args.batch < 1:
+    sys.exit("error: --batch must be ≥ 1")
   try:
     if args.workdir:
       from alexnet_jax.training import run  # noqa: PLC0415
@@ -166,10 +175,8 @@ def main(argv):
   for row in rows:
     if "top" in row:
       print(f"{row['path']}: " + ", ".join(f"{t['class']} {t['probability']:.3f}" for t in row["top"]))
-  try:
-    write(rows, args.json, args.csv)
-  except OSError as e:
-    sys.exit(f"error: cannot write {e.filename}: {e.strerror}; the predictions are above")
+  if failed := write(rows, args.json, args.csv):
+    sys.exit(f"error: {'; '.join(failed)}; the predictions are above")
 
 
 if __name__ == "__main__":

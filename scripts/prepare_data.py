@@ -101,6 +101,12 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   f = flags.FLAGS
+  from alexnet_jax.data import DataError, prepare  # noqa: PLC0415
+
+  try:
+    prepare.check_split_names(f.splits)  # before anything is written, a tfds dataset's preparation included
+  except DataError as e:
+    sys.exit(f"error: {e}")
   if f.name != "folder":
     message = prepare_tfds(f.name, f.data_dir or None, f.manual_dir or None)
     if not f.store:
@@ -108,8 +114,6 @@ def main(argv):
       return
   elif not f.store:
     sys.exit("error: --name=folder needs --store, the directory where the store goes")
-  from alexnet_jax.data import DataError, prepare  # noqa: PLC0415
-
   start = time.perf_counter()
   try:
     if f.name == "folder":

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
+from test_image_kinds import bomb_png
 
 import alexnet_jax
 from alexnet_jax import api
@@ -205,6 +206,26 @@ def test_k_is_at_least_one_and_more_than_the_classes_names_them_all(model):
   assert sorted(c for c, _ in every) == sorted(model.classes) and sum(p for _, p in every) == pytest.approx(1, 1e-5)
   with pytest.raises(ValueError, match="^crops must be 1"):
     model.predict(image, crops=3)
+
+
+def test_k_is_checked_by_one_public_rule():
+  for k in (0, -1, 2.5, "3", True, None):
+    with pytest.raises(ValueError, match=f"^k must be a whole number ≥ 1 \\(the classes to name per image\\), not "
+                                         f"{re.escape(repr(k))}$"):
+      api.check_top(k)
+  assert api.check_top(np.int64(3)) == 3 and type(api.check_top(np.int64(3))) is int
+
+
+def test_a_decompression_bomb_among_files_is_skipped_and_the_others_answered(model, photos, tmp_path):
+  bomb = tmp_path / "bomb.png"
+  bomb_png(bomb)
+  good = [photos / "a.jpg", photos / "cats" / "x.png"]
+  with pytest.warns(UserWarning, match=f"^skipped {bomb}: Image size \\(400000000 pixels\\) exceeds limit"):
+    probs = model.predict([good[0], bomb, good[1]])
+  assert np.isnan(probs[1]).all() and not np.isnan(probs[[0, 2]]).any()
+  np.testing.assert_allclose(probs[[0, 2]], model.predict(good), rtol=1e-5)
+  with pytest.warns(UserWarning, match="bomb.png"):
+    assert [t is None for t in model.top([bomb, good[0]], k=2)] == [True, False]
 
 
 def predict(*args, timeout=300):

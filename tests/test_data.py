@@ -542,3 +542,24 @@ def test_the_feed_raises_the_error_of_its_thread():
   with pytest.raises(ValueError, match="bad batch 2"):
     next(feed)
   feed.close()
+
+
+def test_a_folder_of_one_class_is_refused_naming_it(tmp_path):
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  from alexnet_jax.data import prepare  # noqa: PLC0415
+
+  for split in ("train", "val"):
+    os.makedirs(tmp_path / split / "cat")
+    write_image(tmp_path / split / "cat" / "0.png", np.random.default_rng(0), (40, 40))
+  said = f"{tmp_path}/train holds one class folder, cat: a classifier needs ≥ 2 classes, a folder of images for each"
+  with pytest.raises(DataError, match=f"^{said}$"):  # every label 0: it would train to top-1 1.0, silently
+    get_dataset(data_config("folder", data_dir=str(tmp_path), eval_split="val"))
+  with pytest.raises(DataError, match=f"^{said}$"):
+    prepare.folder_sources(str(tmp_path), [], 32)
+  done = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={tmp_path}",
+                         f"--store={tmp_path / 'store'}"], capture_output=True, text=True, timeout=120,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {said}"], done.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "store")

@@ -1,11 +1,14 @@
 """Portable artifacts (alexnet_jax/export.py, scripts/export.py): the inference function and the train step exported
 for CPU and TPU on this CPU host, serialised, loaded and run here, equal to the live model — on one device for a
-batch of any size (the default), or on the run's two; what an artifact says of itself, and a damaged one refused; a
+batch of any size (the default), or on the run's two; what an artifact says of itself, and a damaged one refused (its
+header edited, its payload no program, class names that are not one per logit, an earlier format included); a
 bfloat16 TPU export that carries none of the CPU's workarounds, and a bfloat16 step exported for CPU and TPU at once
 that runs here; the refusals, in one line."""
 
 import functools
+import hashlib
 import itertools
+import json
 import os
 import re
 import runpy
@@ -127,6 +130,74 @@ def test_a_damaged_artifact_is_refused_in_one_line(artifact, tmp_path):
       export.load(str(path))
   with pytest.raises(ValueError, match=f"cannot read {tmp_path}/missing.jaxexport"):
     export.load(str(tmp_path / "missing.jaxexport"))
+
+
+def parts(path) -> tuple[dict, bytes]:
+  """(header, payload) of the artifact file at `path`."""
+  data = open(path, "rb").read()
+  end = data.index(b"\n", len(export.MAGIC))
+  return json.loads(data[len(export.MAGIC):end]), data[end + 1:]
+
+
+def artifact_file(path, header: dict, payload: bytes) -> str:
+  """A file laid out as an artifact: MAGIC, `header` as one line of JSON (as given: sealed or not), `payload`."""
+  path.write_bytes(export.MAGIC + json.dumps(header).encode() + b"\n" + payload)
+  return str(path)
+
+
+def sealed(header: dict, payload: bytes) -> dict:
+  """`header` with the length and digest that `payload` and it call for: what anyone who knows the format can
+  write, unlike a mistaken edit."""
+  header = dict(header, payload_bytes=len(payload))
+  return dict(header, sha256=export.digest(header, payload))
+
+
+def refused(path: str) -> str:
+  with pytest.raises(ValueError) as e:
+    export.load(path)
+  assert "\n" not in str(e.value)
+  return str(e.value)
+
+
+def test_an_edited_header_is_refused_and_an_artifact_of_format_1_is_told_to_be_exported_again(artifact, tmp_path):
+  header, payload = parts(artifact)
+  edited = dict(header, classes=["cat", *header["classes"][1:]])  # the payload's length and digest kept
+  path = artifact_file(tmp_path / "edited.jaxexport", edited, payload)
+  assert refused(path).startswith(f"{path} is damaged: its header or program is not what it was written with")
+  old = dict(edited, format=1, sha256=hashlib.sha256(payload).hexdigest())  # format 1 sealed the payload alone
+  path = artifact_file(tmp_path / "old.jaxexport", old, payload)
+  assert refused(path) == (f"{path} is an artifact of format 1, this package reads format 2 (its digest covers the "
+                           "header too): export it again with scripts/export.py")
+  assert export.load(artifact_file(tmp_path / "same.jaxexport", header, payload)).classes == procedural.CLASS_NAMES
+
+
+def test_a_header_naming_more_classes_than_the_program_gives_logits_is_refused(artifact, tmp_path):
+  config = demo_config()
+  config.mesh.model = 1
+  setup = train.make_setup(config, 4, 200)
+  exported = export.export_inference(setup, train.create_train_state(setup, jax.random.key(0)).params,
+                                     platforms=["cpu"])
+  header, _ = parts(artifact)  # the ten procedural classes
+  wrong = "its header names 10 classes for a program whose output is (float32[batch, 4])"
+  with pytest.raises(ValueError, match=re.escape(f"cannot export to {tmp_path}/four.jaxexport: {wrong}")):
+    export.save(exported, str(tmp_path / "four.jaxexport"), {k: header[k] for k in ("classes", "size", "input")})
+  assert not os.listdir(tmp_path)
+  path = artifact_file(tmp_path / "four.jaxexport", sealed(header, exported.serialize()), exported.serialize())
+  assert refused(path) == f"{path} is damaged: {wrong}; export it again"
+
+
+def test_a_payload_that_is_no_program_is_refused_in_one_line_even_under_a_correct_digest(artifact, tmp_path):
+  header, _ = parts(artifact)
+  for seed, size in enumerate((0, 7, 20_000)):
+    payload = np.random.default_rng(seed).bytes(size)
+    path = artifact_file(tmp_path / f"random{seed}.jaxexport", sealed(header, payload), payload)
+    assert refused(path).startswith(f"{path} is not an artifact or is damaged: its program cannot be read by this "
+                                    "JAX (")
+  Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "a.png")
+  done = subprocess.run([sys.executable, "scripts/predict.py", "--artifact", path, str(tmp_path / "a.png")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines()[-1].startswith(f"error: {path} is not an artifact or is damaged")
 
 
 def test_an_artifact_on_the_run_s_two_devices(run, tmp_path):

@@ -21,10 +21,11 @@ import pytest
 from PIL import Image
 
 from alexnet_jax.config import KEYS, describe, paper_config, validate
-from alexnet_jax.data import DataError, decode, sources
-from alexnet_jax.network import table
+from alexnet_jax.data import DataError, decode, pipeline, sources
+from alexnet_jax.network import interchange, table
 from alexnet_jax.network.table import Layer, Table
 from alexnet_jax.training import checkpoints, guard, loop, metrics, train, workdirs
+from alexnet_jax.training import run as run_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Ten steps of a two-tower network small enough to compile in a moment, on 32×32 procedural images; a config file,
@@ -179,6 +180,22 @@ def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, s
   assert guard.all_finite(state)  # checkpoints_to_keep=1 did not rotate the last finite checkpoint away
 
 
+def test_a_loss_not_finite_before_any_update_does_not_blame_the_learning_rate(tmp_path):
+  # Weights near float32's largest overflow the logits at once: the first step's loss, taken before its update,
+  # is not finite, whatever the learning rate.
+  config = tiny_config(log_every_steps=1)
+  setup = train.make_setup(config, 10, config.dataset.num_train_examples)
+  weights = interchange.to_torch(train.create_train_state(setup, jax.random.key(0)).params, setup.net.table)
+  weights["fc3.weight"] = np.full_like(weights["fc3.weight"], 3e38)
+  np.savez(tmp_path / "w.npz", **weights)
+  config.init_from = str(tmp_path / "w.npz")
+  with pytest.raises(guard.Diverged) as e:
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert str(e.value).startswith("a non-finite loss at step 1, the first of this run, before any update: the images "
+                                 "or the weights the run starts from give no finite loss")
+  assert "learning_rate" not in str(e.value)
+
+
 # Validation.
 
 @pytest.mark.parametrize("key,value,message", [
@@ -286,6 +303,92 @@ def test_no_readable_checkpoint_stops_naming_them(finished, template, tmp_path):
                      r"restored \(steps 10, 8, 4;"):
     checkpoints.restore(checkpoints.manager(workdir, tiny_config()), template, set_aside=True)
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # left as they were
+
+
+def test_a_reader_never_advises_moving_checkpoints_away(finished, template, tmp_path):
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  for step in ("4", "8", "10"):
+    CORRUPTIONS["emptied step directory"](os.path.join(workdir, "checkpoints", step))
+  with pytest.raises(checkpoints.CheckpointError, match="if a run is still saving in that workdir, rerun") as e:
+    checkpoints.restore(checkpoints.existing(workdir, tiny_config()), template)
+  assert "move" not in str(e.value)
+
+
+def test_a_checkpoint_rotated_away_while_read_is_followed_to_the_newer_one(finished, template, tmp_path, caplog):
+  # A run saving every step and keeping one replaces step 10 by 11 between the reader's listing and its read: the
+  # reader lists the steps again rather than calling the vanished one unreadable.
+  workdir = str(tmp_path / "run")
+  shutil.copytree(finished[0], workdir)
+  directory = os.path.join(workdir, "checkpoints")
+  for step in ("4", "8"):
+    shutil.rmtree(os.path.join(directory, step))
+  mngr = checkpoints.existing(workdir, tiny_config())
+  assert mngr.all_steps() == [10]
+  os.rename(os.path.join(directory, "10"), os.path.join(directory, "11"))
+  with caplog.at_level(logging.WARNING):
+    state, position = checkpoints.restore(mngr, template)
+  assert int(state.step) == 10 and position["next_batch"] == 10  # the same numbers, now under the name 11
+  assert not [r for r in caplog.records if "cannot be restored" in r.getMessage()]
+
+
+def test_reading_while_a_run_rotates_its_checkpoints_every_step_always_restores(tmp_path, tiny_file, template,
+                                                                                caplog):
+  workdir = tmp_path / "run"
+  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(workdir), "--config.num_epochs=6",
+                    "--config.checkpoint_every_steps=1", "--config.checkpoints_to_keep=1"])
+  _wait_for_training(process)
+  steps = []
+  try:
+    while process.poll() is None and len(steps) < 25:
+      if os.path.isdir(workdir / "checkpoints") and any(n.isdigit() for n in os.listdir(workdir / "checkpoints")):
+        state, _ = checkpoints.restore(checkpoints.existing(str(workdir), tiny_config()), template)
+        steps.append(int(state.step))
+  finally:
+    process.communicate(timeout=120)
+  assert process.returncode == 0 and len(steps) >= 5 and steps == sorted(steps), steps
+  assert not [r for r in caplog.records if "cannot be restored" in r.getMessage()]  # gone is not unreadable
+
+
+def test_a_checkpoints_file_in_the_workdir_is_refused_before_training(tmp_path, tiny_file):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "checkpoints").write_text("x")
+  run = subprocess.run([sys.executable, "scripts/train.py", "--config", tiny_file, "--workdir", str(workdir)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines()[-1] == (
+      f"error: {workdir}/checkpoints is not a directory, and the run saves its checkpoints there: move it away, or "
+      "train in another --workdir")
+  assert (workdir / "checkpoints").read_text() == "x"
+
+
+def test_a_save_that_fails_leaving_orbax_waiting_ends_the_run_in_bounded_time(tmp_path, tiny_file):
+  # checkpoints/ replaced by a file while the run trains: orbax's first save fails, and its threads then wait for
+  # signals the failed save never sends; the script still ends, with the one line that says why.
+  workdir = tmp_path / "run"
+  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(workdir),
+                    "--config.checkpoint_every_steps=1000", "--config.num_epochs=3"])
+  _wait_for_training(process)
+  shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
+  (workdir / "checkpoints").write_text("x")
+  started = time.monotonic()
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 1 and time.monotonic() - started < 60
+  assert stderr.strip().splitlines()[-1] == (
+      f"error: cannot save a checkpoint in {workdir}/checkpoints: NotADirectoryError: [Errno 20] Not a directory: "
+      f"'{workdir}/checkpoints/30.orbax-checkpoint-tmp'; make that path a writable directory, then rerun the same "
+      "command to resume from the last checkpoint")
+
+
+@pytest.mark.parametrize("error,remedy", [
+    (OSError(errno.ENOSPC, "No space left on device"), "free space, then rerun"),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory"), "a file of the checkpoint went while it was "
+                                                                  "written (another process removing it?)"),
+    (ValueError("os_error_code='2' [tensorstore_spec…]"), "a file of the checkpoint went while it was written"),
+    (ValueError("Invalid argument"), "then rerun the same command")])
+def test_a_failed_save_names_its_cause_not_always_a_full_disk(error, remedy):
+  assert checkpoints._remedy(error).startswith(remedy)
 
 
 # Preemption.
@@ -417,6 +520,43 @@ def test_high_bit_depth_images_are_scaled_or_refused_naming_the_file(tmp_path, c
   assert (tfds_like[0]["image"] == 128).all() and tfds_like[0]["image"].shape == (8, 8, 3)
 
 
+def test_a_constant_colour_channel_is_normalised_with_a_floor_and_said(tmp_path, caplog):
+  # Images whose blue is always 0 measure a blue std of 0: divided by it, every image would be NaN at step 1.
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 32), ("validation", 8)):
+    for c, name in enumerate(("cat", "dog")):
+      os.makedirs(tmp_path / "images" / split / name)
+      for i in range(n):
+        pixels = rng.integers(0, 256, (40, 40, 3), np.uint8) // (1 + c)
+        pixels[..., 2] = 0
+        Image.fromarray(pixels).save(tmp_path / "images" / split / name / f"{i}.png")
+  config = tiny_config(log_every_steps=1, num_epochs=2.0)
+  config.dataset.update(name="folder", data_dir=str(tmp_path / "images"), num_classes=0, num_train_examples=0,
+                        num_eval_examples=0)
+  with caplog.at_level(logging.WARNING):
+    final = loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert ["the blue channel of the training images is almost constant (std below 1/255 in the sample): normalised "
+          "with std 1/255, so it is about 0 in every image"] == [
+              r.getMessage() for r in caplog.records if "channel" in r.getMessage()]
+  rows = strict_rows(tmp_path / "run" / "metrics.jsonl")
+  assert all(r["loss"] is not None for r in rows if "loss" in r) and np.isfinite(final["loss"])
+  std = json.load(open(tmp_path / "run" / "run.json"))["dataset"]["statistics"]["std"]
+  assert std[2] == pytest.approx(1 / 255) and min(std[:2]) > 0.1
+
+
+def test_non_finite_logits_are_never_counted_as_a_hit():
+  logits = np.array([[np.nan] * 4, [1, np.nan, 0, 0], [np.inf, 0, 0, 0], [3, 2, 1, 0]], np.float32)
+  m = jax.device_get(train.metrics_of(logits, np.array([0, 0, 0, 0]), np.ones(4, bool)))
+  assert (m["top1"], m["top5"], m["count"]) == (1, 1, 4)  # only the finite row scores
+
+
+def test_a_batch_of_one_image_is_drawn():
+  # Grain measures an endless dataset in batches of one as longer than an index can be.
+  dataset = pipeline.get_dataset(tiny_config())
+  batch, skipped = pipeline.train_batches(dataset, 1)[7]
+  assert batch["image"].shape[0] == 1 and skipped == 0
+
+
 def test_an_empty_class_folder_is_reported(tmp_path):
   for name in ("cat", "dog", "emu"):
     os.makedirs(tmp_path / "train" / name)
@@ -520,7 +660,15 @@ def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file, limit, where):
     ("def get_config(:\n", "error: config file {path}, line 1: SyntaxError: invalid syntax"),
     ("import no_such_module\n", "error: config file {path}, line 1: ModuleNotFoundError: No module named"),
     ("def get_config():\n  return 1 / 0\n", "error: config file {path}, line 2: ZeroDivisionError: division by zero"),
-    ("x = 1\n", "error: config file {path} defines no get_config()"),
+    ("x = 1\n", "error: config file {path}: it defines no get_config()"),
+    ("def get_config():\n  return dict(learning_rate=0.1)\n", "error: config file {path}: get_config() returned a "
+     "dict, not an ml_collections.ConfigDict: return alexnet_jax.config.paper_config() with your changes"),
+    ("def get_config():\n  c = 1\n", "error: config file {path}: get_config() returned None, not an "
+     "ml_collections.ConfigDict: is its return statement missing?"),
+    ("def get_config(size):\n  return size\n", "error: config file {path}: get_config() missing 1 required "
+     "positional argument: 'size': the scripts call get_config() without arguments"),
+    ("def get_config():\n  return 1\x00\n", "error: config file {path}: SyntaxError: source code string cannot "
+     "contain null bytes"),
     ("import sys\ndef get_config():\n  sys.exit(3)\n",
      "error: config file {path}, line 3: it calls sys.exit(3) instead of returning a config"),
     # A typo of a key: ml_collections' "did you mean", without the whole config it lists after it.
@@ -547,6 +695,43 @@ def test_a_terminal_in_ascii_gets_escapes_not_an_error(tmp_path, tiny_file):
                         "--config.num_epochs=0.2"], cwd=ROOT, capture_output=True, timeout=300, env=env | encoding)
   assert run.returncode == 0, run.stderr[-2000:]
   assert b"steps 0\\u21922, workdir" in run.stdout and b"final eval: top-1" in run.stdout  # → as \u2192
+
+
+RUN_JSON_DAMAGE = {
+    "a list": (lambda d: [], "it holds a JSON list, not the object training writes"),
+    "a string": (lambda d: "run", "it holds a JSON str, not the object training writes"),
+    "3 of 10 classes": (lambda d: _set(d, "classes", ["a", "b", "c"]),
+                        "dataset.classes names 3 classes (3 different) for the 10 outputs of the network"),
+    "classes as a string": (lambda d: _set(d, "classes", "abcdefghij"),
+                            "dataset.classes is str 'abcdefghij', not a list of names"),
+    "a class twice": (lambda d: _set(d, "classes", ["a"] * 10),
+                      "dataset.classes names 10 classes (1 different) for the 10 outputs"),
+    "std 0": (lambda d: _set(d, "statistics", dict(d["dataset"]["statistics"], std=[0, 0, 0])),
+              "dataset.statistics.std is [0.0, 0.0, 0.0]: the images are divided by it, so each must be above 0"),
+    "mean of 2": (lambda d: _set(d, "statistics", dict(d["dataset"]["statistics"], mean=[0.5, 0.5])),
+                  "dataset.statistics.mean is [0.5, 0.5]: 3 finite numbers expected"),
+}
+
+
+def _set(description, key, value):
+  description["dataset"][key] = value
+  return description
+
+
+@pytest.mark.parametrize("damage", RUN_JSON_DAMAGE)
+def test_a_run_json_that_training_could_not_have_written_is_refused_in_one_line(finished, tmp_path, damage):
+  workdir = tmp_path / "run"
+  shutil.copytree(finished[0], workdir)
+  change, message = RUN_JSON_DAMAGE[damage]
+  (workdir / "run.json").write_text(json.dumps(change(json.load(open(workdir / "run.json")))))
+  with pytest.raises(ValueError, match=re.escape(f"{workdir}/run.json cannot be read (ValueError: {message}")):
+    run_file.read(str(workdir))
+  if damage == "a list":  # the scripts say it in one line
+    for script, more in (("evaluate.py", []), ("predict.py", [str(workdir)]), ("export.py", ["--out", "x"])):
+      result = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", str(workdir), *more],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+      assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+          f"error: {workdir}/run.json cannot be read (ValueError: {message}): it is not what training wrote"]
 
 
 @pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py", "predict.py"])

@@ -122,7 +122,8 @@ def test_manifest_says_what_the_store_holds(folder, written):
   assert train["bytes"] == sum(os.path.getsize(out / store.shard_name("train", k, 3)) for k in range(3))
   (left_out,) = train["left_out"]
   assert left_out["index"] == 4 and "0_broken.jpg" in left_out["error"] and val["left_out"] == []
-  with pytest.raises(DataError, match=r"written with other settings \(quality\); choose another --store"):
+  assert train["digests"] == [store.shard_digest(str(out / store.shard_name("train", k, 3))) for k in range(3)]
+  with pytest.raises(DataError, match=r"written with other settings \(quality 90 → 80\); choose another --store"):
     write(folder, out, quality=80)
 
 
@@ -212,8 +213,13 @@ def test_reader_errors_say_what_to_do(folder, written, tmp_path):
   with pytest.raises(DataError, match=r"lacks train-00002-of-00003.array_record \(1 shards missing\)"):
     store.open_split(str(out), "train")
   store.write_shard(str(out / store.shard_name("train", 2, 3)), [store.encode_record(0, b"")])
+  with pytest.raises(DataError, match="shard train-00002-of-00003.array_record is not the one its manifest.json"):
+    store.open_split(str(out), "train")
+  with_digests = (out / store.MANIFEST).read_text()
+  without_digests(out)  # as a store written before digests: counted, not compared
   with pytest.raises(DataError, match="split 'train' has 6 images, its manifest says 7"):
     store.open_split(str(out), "train")
+  (out / store.MANIFEST).write_text(with_digests)
   shutil.copy(written[0] / store.shard_name("train", 2, 3), out / store.shard_name("train", 2, 3))
   shard = out / store.shard_name("train", 1, 3)
   whole = shard.read_bytes()
@@ -222,6 +228,9 @@ def test_reader_errors_say_what_to_do(folder, written, tmp_path):
                      r"overwritten\); rerun make prepare"):
     store.open_split(str(out), "train")
   shard.write_bytes(whole[:100] + bytes(200) + whole[300:])  # a record overwritten: its checksum no longer holds
+  with pytest.raises(DataError, match="shard train-00001-of-00003.array_record is not the one its manifest.json"):
+    store.open_split(str(out), "train")
+  without_digests(out)  # unchecked on opening, array_record's own checksum finds it when the record is read
   split = store.open_split(str(out), "train")
   with pytest.raises(DataError, match="shard train-00001-of-00003.array_record is damaged"):
     [split[i] for i in range(len(split))]
@@ -243,6 +252,102 @@ def test_reader_errors_say_what_to_do(folder, written, tmp_path):
   os.remove(out / store.MANIFEST)  # shards and parts without a manifest: an unfinished run
   with pytest.raises(DataError, match="is not a finished store"):
     store.read_manifest(str(out))
+
+
+def without_digests(out):
+  """The store at out as written before shard digests: none in its manifest or parts."""
+  manifest = json.loads((out / store.MANIFEST).read_text())
+  for entry in manifest["splits"].values():
+    del entry["digests"]
+  (out / store.MANIFEST).write_text(json.dumps(manifest))
+  for part in (out / "parts").iterdir():
+    part.write_text(json.dumps({k: v for k, v in json.loads(part.read_text()).items() if k != "digest"}))
+
+
+def test_a_shard_from_another_store_is_named_and_a_rerun_replaces_it(folder, written, tmp_path):
+  # The shard of a store at another quality holds as many images: only its bytes tell it apart.
+  out, other = tmp_path / "store", tmp_path / "other"
+  shutil.copytree(written[0], out)
+  write(folder, other, quality=80)
+  foreign = store.shard_name("train", 1, 3)
+  shutil.copy(other / foreign, out / foreign)
+  assert store.count_records(str(out / foreign)) == store.count_records(str(written[0] / foreign))
+  with pytest.raises(DataError, match=rf"^store {out}: shard {foreign} is not the one its manifest.json was written "
+                     rf"with \(copied from another store, or changed since\); rerun make prepare with --store={out}, "
+                     "which writes it again$"):
+    store.open_splits(str(out), "train", "val")
+  kept = os.stat(out / store.shard_name("train", 0, 3)).st_mtime_ns
+  manifest, count = write(folder, out)
+  assert count == 2 and manifest == written[1]  # that shard's two readable images, and no other shard
+  assert os.stat(out / store.shard_name("train", 0, 3)).st_mtime_ns == kept
+  assert_same_files(written[0], out)
+  assert len(store.open_split(str(out), "train")) == 7
+
+
+def test_a_store_written_before_digests_is_read_and_completed_as_before(folder, written, tmp_path):
+  out = tmp_path / "store"
+  shutil.copytree(written[0], out)
+  without_digests(out)
+  split = store.open_split(str(out), "train")
+  assert [split[i] for i in range(len(split))] == [store.open_split(str(written[0]), "train")[i] for i in range(7)]
+  manifest, count = write(folder, out)
+  assert count == 0 and manifest == written[1]  # every shard kept; the manifest now has their digests
+
+
+def test_a_manifest_size_that_is_not_its_images_is_refused(written, tmp_path):
+  # Read as it says, 32-pixel images would be resized to 64 without a word.
+  out = tmp_path / "store"
+  shutil.copytree(written[0], out)
+  manifest = json.loads((out / store.MANIFEST).read_text())
+  (out / store.MANIFEST).write_text(json.dumps(manifest | dict(size=2 * SIZE)))
+  with pytest.raises(DataError, match=rf"^store {out}: its manifest.json says 'size' {2 * SIZE}, but its images are "
+                     rf"{SIZE}×{SIZE} \(train-00000-of-00003.array_record, record 0\); rerun make prepare into a new "
+                     "--store$"):
+    store.open_split(str(out), "train")
+
+
+def test_split_names_that_are_not_plain_names_are_refused_before_anything_is_written(folder, tmp_path):
+  # data_dir/../outside is a folder of images, so that the split would be read: its shards would go outside --store.
+  shutil.copytree(folder / "train", tmp_path / "photos" / "train")
+  shutil.copytree(folder / "val", tmp_path / "outside")
+  run = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={tmp_path / 'photos'}",
+                        f"--store={tmp_path / 'store'}", "--splits=train,../outside", f"--size={SIZE}", "--workers=1"],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
+      "error: split name '../outside' is not a plain file name (one without '/', not empty, '.' or '..'): the store "
+      "names its files after its splits")
+  assert sorted(os.listdir(tmp_path)) == ["outside", "photos"]  # no store, and nothing beside it
+  assert sorted(os.listdir(tmp_path / "outside")) == ["a", "b"]
+  splits, classes, source = prepare.folder_sources(str(folder), [], SIZE)
+  settings = prepare.store_settings(source, classes, SIZE, 90)
+  for name in ("", ".", "..", "a/b", "/tmp/x"):
+    with pytest.raises(DataError, match=f"^split name {re.escape(repr(name))} is not a plain file name"):
+      prepare.folder_sources(str(folder), ["train", name], SIZE)
+    with pytest.raises(DataError, match=f"^split name {re.escape(repr(name))} is not a plain file name"):
+      prepare.write_store(str(tmp_path / "store"), {"train": splits["train"], name: splits["val"]}, settings, 1)
+  assert not os.path.exists(tmp_path / "store")
+
+
+def test_a_moved_store_opens_and_completes_where_it_lies(folder, written, tmp_path):
+  # Nothing in a store names its own path: `mv photos_128 elsewhere` is the same store.
+  moved = tmp_path / "elsewhere"
+  shutil.copytree(written[0], tmp_path / "photos_128")
+  os.rename(tmp_path / "photos_128", moved)
+  assert len(store.open_splits(str(moved), "train", "val")[0]) == 7
+  manifest, count = write(folder, moved)
+  assert count == 0 and manifest == written[1]
+  # mv into a directory that exists puts the store inside it: the message names that store, not make prepare.
+  (tmp_path / "dest").mkdir()
+  os.rename(moved, tmp_path / "dest" / "elsewhere")
+  inside = tmp_path / "dest" / "elsewhere"
+  with pytest.raises(DataError, match=rf"^{tmp_path / 'dest'} holds no store itself \(no manifest.json\), but {inside} "
+                     rf"inside it is one: set --config.dataset.data_dir={inside}$"):
+    store.open_split(str(tmp_path / "dest"), "train")
+  # The image folder moved too: a rerun says that its path is what differs.
+  shutil.copytree(folder, tmp_path / "photos")
+  with pytest.raises(DataError, match=rf'other settings \(source {{"folder": "{folder}"}} → {{"folder": '
+                     rf'"{tmp_path / "photos"}"}}\); choose another --store'):
+    write(tmp_path / "photos", inside)
 
 
 def test_prepare_script_errors():

@@ -16,7 +16,8 @@ Measured on noisy 256×256 procedural JPEGs at quality 90 with 4:2:0 chroma (the
 differ by less than their noise), while the fast DCT moves pixels by 1.0 level of 255 on average (at most 4–6) and
 fast upsampling by up to 45 levels (mean 4.8) where the chroma is busy: FAST_MEAN_ERROR and FAST_MAX_ERROR state
 the tolerance. Off, the default, simplejpeg decodes exactly PIL's pixels (both are libjpeg-turbo's accurate DCT
-and fancy upsampling), so a JPEG gets the same pixels whichever of the two paths it takes.
+and fancy upsampling), so a JPEG gets the same pixels whichever of the two paths it takes. Only PIL's path
+turns a JPEG by its EXIF orientation (sources.upright): a store's JPEGs carry none, prepare having written them upright.
 """
 
 import concurrent.futures

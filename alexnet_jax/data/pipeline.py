@@ -28,6 +28,8 @@ kernels.
 
 import dataclasses
 import functools
+import os
+import sys
 from collections.abc import Iterator
 
 import grain
@@ -36,6 +38,7 @@ from absl import flags
 
 from alexnet_jax.data import augment, cache, decode, nvdecode, procedural, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
+from alexnet_jax.data.workers import exit_with
 
 MIN_SHM_BYTES = 4096  # arrays from worker processes that come through shared memory rather than a pipe
 BATCHES_AHEAD = 2  # batches under way at once: each is decoded by the dataset's thread pool, two keep it busy
@@ -138,7 +141,9 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
       raise ValueError(f"batch_size {batch_size} is not divisible by the {process_count} processes")
     share = batch_size // process_count
     rows = slice(process_index * share, (process_index + 1) * share)
-  draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat().batch(batch_size)
+  # Endless in practice; a count all the same, as grain's length of an endless dataset in batches of 1 overflows.
+  epochs = sys.maxsize // (2 * dataset.num_train)
+  draws = grain.MapDataset.range(dataset.num_train).seed(dataset.seed).shuffle().repeat(epochs).batch(batch_size)
   return draws.random_map(dataset.draw).map_with_index(functools.partial(_process_share, dataset, rows, cached))
 
 
@@ -171,7 +176,14 @@ def iterate(batches, start: int, workers: int):
   # (Grain issue #398). But a batch larger than the pipe holds (64 KiB) must not take it: a worker stopped while
   # writing one waits at its exit for a reader that is gone, until Grain kills it 25 s later, worker after worker.
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
-  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
+  workers_exit = functools.partial(_worker_start, os.getpid())
+  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=workers_exit))
+
+
+def _worker_start(parent: int, index: int, count: int) -> None:
+  """Grain's worker_init_fn: a worker ends with the process that started it (workers.exit_with)."""
+  del index, count
+  exit_with(parent)
 
 
 def _ahead() -> grain.ReadOptions:

@@ -8,7 +8,8 @@ shrinks), centre-cropped to size×size and encoded by PIL as a JPEG of `quality`
 so the same input gives the same bytes. Images that cannot be decoded are left out and listed in the manifest.
 
 Worker processes write whole shards, each from its own range of source indices, so the files do not depend on how
-many there are; a rerun keeps the complete shards of an interrupted one and writes the rest.
+many there are; a rerun keeps the complete shards of an interrupted one (those whose bytes match their part's
+digest) and writes the rest. Every file goes inside the store: a split's name must be a plain file name.
 """
 
 import concurrent.futures
@@ -24,6 +25,7 @@ from tqdm import tqdm
 
 from alexnet_jax.data import augment, sources, store
 from alexnet_jax.data.sources import UNREADABLE, DataError
+from alexnet_jax.data.workers import exit_with
 
 JPEG_OPTIONS = dict(subsampling="4:2:0", progressive=False, optimize=True)  # baseline, optimised Huffman tables
 RESIZE = ("PIL bilinear to the shorter side (augment.resize_shorter), then the central square; a folder's JPEGs "
@@ -43,6 +45,7 @@ def square_jpeg(image: np.ndarray, size: int, quality: int) -> bytes:
 def folder_sources(root: str, splits: list[str], size: int) -> tuple[dict, list[str], dict]:
   """({split: source}, class names, source description) of root/<split>/<class>/<image>. Classes are those of the
   first split; by default the splits are train and every other directory of root."""
+  check_split_names(splits)
   if not os.path.isdir(root):
     raise DataError(f"no image folder at {root}")
   dirs = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -57,11 +60,21 @@ def tfds_sources(name: str, data_dir: str, splits: list[str], size: int) -> tupl
   and validation, or test where the dataset has no validation split."""
   import tensorflow_datasets as tfds  # noqa: PLC0415  (slow import, only for tfds datasets)
 
+  check_split_names(splits)
   sources.tfds_sources(name, data_dir, (), size)  # DataError unless name is a tfds image classification dataset
   info = tfds.builder(name, data_dir=data_dir or None, file_format="array_record").info
   splits = splits or ["train", "validation" if "validation" in info.splits else "test"]
   found, _ = sources.tfds_sources(name, data_dir, tuple(splits), size)
   return dict(zip(splits, found)), list(info.features["label"].names), dict(tfds=name, version=str(info.version))
+
+
+def check_split_names(splits) -> None:
+  """DataError unless every split name is a plain file name: the store names its files after its splits, and a name
+  such as '../outside' would put them outside it."""
+  for split in splits:
+    if not isinstance(split, str) or split in ("", ".", "..") or "/" in split or "\0" in split:
+      raise DataError(f"split name {split!r} is not a plain file name (one without '/', not empty, '.' or '..'): "
+                      "the store names its files after its splits")
 
 
 def store_settings(source: dict, classes: list[str], size: int, quality: int, shard_size: int = SHARD_SIZE) -> dict:
@@ -78,6 +91,7 @@ def store_settings(source: dict, classes: list[str], size: int, quality: int, sh
 def write_store(root: str, splits: dict, settings: dict, workers: int = 0) -> tuple[dict, int]:
   """Writes, or completes, the store of {split: source} at root with `workers` processes (0: one per core, 1: in
   this process); (its manifest, the number of images written by this call)."""
+  check_split_names(splits)
   fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
   previous = _previous_splits(root, settings)
   _remove_temporaries(root)
@@ -102,11 +116,17 @@ def _previous_splits(root: str, settings: dict) -> dict:
   if not os.path.isfile(path):
     return {}
   old = store.read_json(path)
-  changed = [k for k in settings if old.get(k) != settings[k]]
+  changed = [_change(k, old.get(k), settings[k]) for k in settings if old.get(k) != settings[k]]
   if changed:
-    raise DataError(f"{root} holds a store written with other settings ({', '.join(changed)}); choose another "
+    raise DataError(f"{root} holds a store written with other settings ({'; '.join(changed)}); choose another "
                     f"--store or delete that one")
   return old["splits"]
+
+
+def _change(key: str, old, new) -> str:
+  """A setting that differs, with its two values where they are short: a moved image folder reads as one."""
+  said = f"{key} {json.dumps(old)} → {json.dumps(new)}"
+  return said if len(said) <= 200 else key
 
 
 def _remove_temporaries(root: str) -> None:
@@ -125,7 +145,12 @@ def _complete(root: str, split: str, k: int, shards: int, fingerprint: str) -> b
   if part["settings"] != fingerprint:
     raise DataError(f"{root} holds shards written with other settings ({os.path.basename(path)}); choose another "
                     f"--store or delete that one")
-  return store.count_records(os.path.join(root, store.shard_name(split, k, shards))) == part["count"]
+  shard = os.path.join(root, store.shard_name(split, k, shards))
+  if store.count_records(shard) != part["count"]:
+    return False
+  # A shard copied in from another store can hold as many records: its bytes must be those written (parts written
+  # before digests have none, and are trusted as before).
+  return "digest" not in part or store.shard_digest(shard) == part["digest"]
 
 
 def _run(todo: list[tuple], job: tuple, workers: int) -> None:
@@ -137,7 +162,7 @@ def _run(todo: list[tuple], job: tuple, workers: int) -> None:
       _write_shard(*shard)
       progress.update()
     return
-  with concurrent.futures.ProcessPoolExecutor(workers, SPAWN, _start, job) as pool:
+  with concurrent.futures.ProcessPoolExecutor(workers, SPAWN, _start_worker, (os.getpid(), *job)) as pool:
     for done in concurrent.futures.as_completed([pool.submit(_write_shard, *shard) for shard in todo]):
       done.result()
       progress.update()
@@ -148,6 +173,11 @@ _JOB = {}  # what every shard of the running write_store needs, set once per wor
 
 def _start(root: str, splits: dict, settings: dict, fingerprint: str) -> None:
   _JOB.update(root=root, splits=splits, settings=settings, fingerprint=fingerprint)
+
+
+def _start_worker(parent: int, *job) -> None:
+  exit_with(parent)
+  _start(*job)
 
 
 def _write_shard(split: str, k: int, shards: int) -> None:
@@ -164,13 +194,13 @@ def _write_shard(split: str, k: int, shards: int) -> None:
     jpeg = square_jpeg(example["image"], settings["size"], settings["quality"])
     records.append(store.encode_record(example["label"], jpeg))
   os.makedirs(root, exist_ok=True)
-  store.write_shard(os.path.join(root, store.shard_name(split, k, shards)), records)
-  part = dict(settings=_JOB["fingerprint"], count=len(records), left_out=left_out)
+  digest = store.write_shard(os.path.join(root, store.shard_name(split, k, shards)), records)
+  part = dict(settings=_JOB["fingerprint"], count=len(records), digest=digest, left_out=left_out)
   store.write_json(store.part_path(root, split, k, shards), part)
 
 
 def _summary(root: str, split: str, shards: int) -> dict:
   parts = [store.read_json(store.part_path(root, split, k, shards)) for k in range(shards)]
-  size = sum(os.path.getsize(os.path.join(root, store.shard_name(split, k, shards))) for k in range(shards))
-  return dict(count=sum(p["count"] for p in parts), shards=shards, bytes=size,
-              left_out=[e for p in parts for e in p["left_out"]])
+  paths = [os.path.join(root, store.shard_name(split, k, shards)) for k in range(shards)]
+  return dict(count=sum(p["count"] for p in parts), shards=shards, bytes=sum(map(os.path.getsize, paths)),
+              digests=[store.shard_digest(path) for path in paths], left_out=[e for p in parts for e in p["left_out"]])

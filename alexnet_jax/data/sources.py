@@ -6,7 +6,8 @@ at the crop size and pass unaugmented), and `statistics`, its pixel statistics i
 measures them, statistics.measure). Grain reads sources by index from threads or worker processes, so they hold
 paths, not open files.
 A source raises one of UNREADABLE for an image that cannot be decoded: decode.Decoder then takes the next readable
-one, with a warning, and counts it (summed beside each training batch into the metrics).
+one, with a warning, and counts it (summed beside each training batch into the metrics). Every image file is read
+by `decode` (training, prepare, the API): turned upright by its EXIF orientation, then made RGB by `rgb`.
 """
 
 import dataclasses
@@ -18,13 +19,18 @@ import stat
 
 import numpy as np
 import PIL
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 
 from alexnet_jax.data import procedural
 from alexnet_jax.data.statistics import IMAGENET, Statistics
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+# A decompression bomb (more pixels than PIL's MAX_IMAGE_PIXELS) is unreadable like a corrupt file; PIL only warns
+# below twice the limit, and its warning, where promoted to an error, is one too.
+UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
+# Modes that reach RGB through another: PIL has no La → RGB, and turns a palette image with transparency given per
+# entry into RGB only with a warning (into RGBA without one; the alpha is then dropped, as an RGBA image's is).
+RGB_VIA = {"La": "LA", "P": "RGBA"}
 # tfds datasets whose pixel statistics are published: the rest are measured on their training images.
 TFDS_STATISTICS = {"imagenet2012": IMAGENET}
 
@@ -36,17 +42,27 @@ class DataError(ValueError):
 def decode(data: bytes | str, min_size: int = 0) -> np.ndarray:
   """(H, W, 3) uint8 from encoded bytes or a path. JPEGs are decoded at the smallest power-of-two reduction that
   keeps the shorter side ≥ min_size (PIL's draft mode): a 4000-pixel photo decodes 4–16× faster for the same
-  crop. Pixels as `rgb` makes them."""
+  crop. Turned upright (`upright`), then pixels as `rgb` makes them."""
   with Image.open(data if isinstance(data, str) else io.BytesIO(data)) as image:
     if min_size:
       image.draft("RGB", (min_size, min_size))
-    return rgb(image)
+    return rgb(upright(image))
+
+
+def upright(image: Image.Image) -> Image.Image:
+  """`image` turned as its EXIF orientation says it is viewed (a camera stores a portrait shot sideways, tagged):
+  the one place that reads the tag, so that a file has the same pixels in training, prepare and the API."""
+  if image.getexif().get(ExifTags.Base.Orientation, 1) == 1:
+    return image  # exif_transpose would copy it
+  return ImageOps.exif_transpose(image)
 
 
 def rgb(image: Image.Image) -> np.ndarray:
   """(H, W, 3) uint8 of a PIL image of any mode: grey, palette, CMYK, YCbCr, HSV, RGBA and 16-bit images become
   8-bit RGB; 32-bit integer or float images (PIL's modes I and F: a 16-bit PGM, a float TIFF), whose range PIL does
-  not know, and modes PIL cannot convert are refused with a ValueError."""
+  not know, modes PIL cannot convert and images without pixels (0 wide or high) are refused with a ValueError."""
+  if 0 in image.size:
+    raise ValueError(f"a {image.width}×{image.height} image: it has no pixels")
   if image.mode.startswith("I;16"):  # 16-bit grey (converting to RGB would clip at 255 instead)
     return as_rgb(to_uint8(np.asarray(image)))
   if image.mode in ("I", "F"):
@@ -54,6 +70,8 @@ def rgb(image: Image.Image) -> np.ndarray:
                      f"{image.mode}) of unknown range: store the image with 8 or 16 bits per channel")
   if image.mode == "HSV" and not _hsv_converts():
     raise ValueError(f"PIL {PIL.__version__} cannot convert HSV images to RGB: convert them with a newer Pillow")
+  if image.mode in RGB_VIA:
+    image = image.convert(RGB_VIA[image.mode])
   return np.asarray(image.convert("RGB"))
 
 
@@ -176,6 +194,9 @@ def folder_classes(root: str, train_split: str) -> tuple[str, ...]:
   classes = tuple(_subdirs(folder))
   if not classes:
     raise DataError(f"{folder} holds no class folders: expected {folder}/<class>/<image>.jpg")
+  if len(classes) == 1:  # every label the same: training would reach top-1 1.0 and learn nothing
+    raise DataError(f"{folder} holds one class folder, {classes[0]}: a classifier needs ≥ 2 classes, a folder of "
+                    "images for each")
   return classes
 
 

@@ -7,10 +7,13 @@ sample of its training images.
 """
 
 import dataclasses
+import logging
 
 import numpy as np
 
 SAMPLE_IMAGES = 1000  # how many training images estimate the statistics of a source that does not know its own
+MIN_STD = 1 / 255  # a channel that varies less than one 8-bit level is normalised as if it varied that much
+CHANNELS = ("red", "green", "blue")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,18 @@ def measure(source, n: int = SAMPLE_IMAGES, seed: int = 0) -> Statistics:
   picks = np.random.default_rng(seed).permutation(len(source))[:n]
   pixels = np.concatenate([_pixels(source[int(i)]["image"]) for i in picks])
   eigval, eigvec = pca_basis(pixels)
-  return Statistics(pixels.mean(0).astype(np.float32), pixels.std(0).astype(np.float32), eigval, eigvec)
+  return Statistics(pixels.mean(0).astype(np.float32), floored(pixels.std(0)), eigval, eigvec)
+
+
+def floored(std: np.ndarray) -> np.ndarray:
+  """std with MIN_STD for a channel that barely varies (a blue channel always 0): dividing by its std of 0 would
+  make every image NaN; divided by MIN_STD it normalises to about 0, and carries nothing, as it carries nothing."""
+  std = np.asarray(std, np.float64)
+  if flat := [name for name, s in zip(CHANNELS, std) if not s >= MIN_STD]:
+    logging.warning("the %s channel%s of the training images %s almost constant (std below 1/255 in the sample): "
+                    "normalised with std 1/255, so %s about 0 in every image", " and ".join(flat),
+                    "s" * (len(flat) > 1), "are" if len(flat) > 1 else "is", "they are" if len(flat) > 1 else "it is")
+  return np.maximum(std, MIN_STD).astype(np.float32)
 
 
 def pca_basis(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,27 +8,34 @@ A store is a directory OUT:
       header, the label as a little-endian int32, then the JPEG's bytes. Shard k holds the readable images among
       source indices [k·S, (k+1)·S) (S = shard_size) in source order, so a split's index i is the source's i-th
       readable image.
-  OUT/parts/<split>-NNNNN-of-MMMMM.json  each shard's record count, left-out images and the settings it was
-      written with: what a rerun reads to skip the shards that are complete.
+  OUT/parts/<split>-NNNNN-of-MMMMM.json  each shard's record count, digest (shard_digest), left-out images and the
+      settings it was written with: what a rerun reads to skip the shards that are complete.
   OUT/manifest.json  written last, so its presence says the store is finished: the settings (format, version,
       source, size, quality, jpeg, resize, shard_size, classes, num_classes) and, per split, count, shards, bytes on
-      disk and left_out ([{index, error}] of the source images that could not be decoded).
-Every file is written under a temporary name and renamed when complete.
+      disk, digests (each shard's shard_digest, checked when the split is opened; stores written before it have
+      none and are read unchecked) and left_out ([{index, error}] of the source images that could not be decoded).
+No file names a path: a store can be moved or renamed whole. Every file is written under a temporary name and
+renamed when complete.
 """
 
+import hashlib
+import io
 import json
 import os
 import struct
 
 import grain
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+from PIL import Image
 
-from alexnet_jax.data.sources import TFDS_STATISTICS, DataError, decode, missing_split
+from alexnet_jax.data.sources import TFDS_STATISTICS, UNREADABLE, DataError, decode, missing_split
 
 FORMAT, VERSION = "alexnet_jax image store", 1
 MANIFEST = "manifest.json"
 WRITER_OPTIONS = "group_size:1,uncompressed"
 HEADER = struct.Struct("<i")  # the label
+SAMPLE = 4096  # bytes of a shard read at each of the places shard_digest reads
+BLOCK = 65536  # array_record pads its files to blocks of this size
 
 
 def shard_name(split: str, k: int, shards: int) -> str:
@@ -47,9 +54,9 @@ def decode_record(record: bytes) -> dict:
   return dict(jpeg=record[HEADER.size:], label=HEADER.unpack_from(record)[0])
 
 
-def write_shard(path: str, records: list[bytes]) -> None:
-  """Writes the shard whole or not at all; an OSError naming it where it cannot be (array_record raises a
-  RuntimeError for a full disk)."""
+def write_shard(path: str, records: list[bytes]) -> str:
+  """Writes the shard whole or not at all and returns its shard_digest; an OSError naming it where it cannot be
+  (array_record raises a RuntimeError for a full disk)."""
   tmp = path + ".tmp"
   try:
     writer = ArrayRecordWriter(tmp, WRITER_OPTIONS)
@@ -59,7 +66,24 @@ def write_shard(path: str, records: list[bytes]) -> None:
   except RuntimeError as e:
     reason = str(e).split("failed: ", 1)[-1].split(";")[0]  # "write() failed: File too large; writing …"
     raise OSError(f"{path}: {reason}") from None
+  digest = shard_digest(tmp)
   os.replace(tmp, path)
+  return digest
+
+
+def shard_digest(path: str) -> str:
+  """What tells this shard from any other, read in 8 KiB: its size; its first bytes, which hold the first record
+  and the hash riegeli keeps of its chunk; and the start of its last 64 KiB block, where array_record writes the
+  offset of its index of records (the rest of that block is padding). A whole-file hash would read a store of
+  ImageNet (140 GB) on every start."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    digest.update(size.to_bytes(8, "little"))
+    for offset in (0, max(0, size - BLOCK)):
+      f.seek(offset)
+      digest.update(f.read(SAMPLE))
+  return digest.hexdigest()[:32]
 
 
 def count_records(path: str) -> int | None:
@@ -94,6 +118,11 @@ def _no_manifest(root: str) -> DataError:
   if not os.path.isdir(root):
     return DataError(f"no such directory: {root}" if root else "no store: set --config.dataset.data_dir to the "
                      "directory that make prepare wrote")
+  inside = sorted(name for name in os.listdir(root) if os.path.isfile(os.path.join(root, name, MANIFEST)))
+  if inside:  # `mv store elsewhere` into a directory that exists moves the store into it
+    more = f" (and {len(inside) - 1} more)" if len(inside) > 1 else ""
+    return DataError(f"{root} holds no store itself (no {MANIFEST}), but {os.path.join(root, inside[0])}{more} "
+                     f"inside it is one: set --config.dataset.data_dir={os.path.join(root, inside[0])}")
   if not any(name == "parts" or name.endswith((".array_record", ".tmp")) for name in os.listdir(root)):
     return DataError(f"{root} holds no store (no {MANIFEST}): {prepare} writes one")
   return DataError(f"{root} is not a finished store (no {MANIFEST}); rerun {prepare} with the arguments that began "
@@ -131,6 +160,10 @@ def _malformed(manifest: dict) -> str | None:
     if not isinstance(entry, dict) or not all(isinstance(entry.get(k), int) and entry[k] >= 0 and
                                               not isinstance(entry[k], bool) for k in ("count", "shards")):
       return f"split {split!r} lacks an integer count or shards"
+    digests = entry.get("digests", [])
+    if not isinstance(digests, list) or len(digests) not in (0, entry["shards"]) or not all(
+        isinstance(d, str) for d in digests):
+      return f"split {split!r} has no digest for each of its shards"
   return None
 
 
@@ -152,12 +185,36 @@ class StoreSplit:
       self.records = grain.sources.ArrayRecordDataSource(paths)
     except RuntimeError:  # array_record cannot open a shard: name it
       raise self._damaged(None) from None
+    self._check_digests(entry.get("digests") or [])
     if len(self.records) != entry["count"]:
       raise DataError(f"store {root}: split {split!r} has {len(self.records)} images, its manifest says "
                       f"{entry['count']}; rerun make prepare with --store={root}")
     self.resize = manifest["size"]
+    self._check_size()
     self.classes = tuple(manifest.get("classes") or map(str, range(manifest["num_classes"])))
     self.statistics = TFDS_STATISTICS.get(manifest["source"].get("tfds"))
+
+  def _check_digests(self, digests: list[str]) -> None:
+    """A shard that is not the one the manifest was written with (copied in from another store, or changed since)
+    would train without a word: it is named. A store without digests (written before them) is not checked."""
+    for path, digest in zip(self.paths, digests):
+      if shard_digest(path) != digest:
+        raise DataError(f"store {self.root}: shard {os.path.basename(path)} is not the one its {MANIFEST} was written "
+                        f"with (copied from another store, or changed since); rerun make prepare with "
+                        f"--store={self.root}, which writes it again")
+
+  def _check_size(self) -> None:
+    """The first image against the manifest's size, which the pipeline would otherwise trust, resizing every
+    image to it."""
+    if not len(self.records):
+      return
+    try:
+      width, height = Image.open(io.BytesIO(self[0]["jpeg"])).size  # the header alone
+    except UNREADABLE:
+      return  # the decoder names an unreadable image when it meets it
+    if (width, height) != (self.resize, self.resize):
+      raise DataError(f"store {self.root}: its {MANIFEST} says 'size' {self.resize}, but its images are "
+                      f"{width}×{height} ({self.where(0)}); rerun make prepare into a new --store")
 
   def __len__(self):
     return len(self.records)
@@ -216,3 +273,4 @@ def open_splits(root: str, train_split: str, eval_split: str) -> tuple[StoreSpli
 def decode_pil(jpeg: bytes):
   """(S, S, 3) uint8: the reference decoder (PIL, through sources.decode), for tests and fallbacks."""
   return decode(jpeg)
+

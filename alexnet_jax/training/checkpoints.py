@@ -12,6 +12,7 @@ raised by the next save or wait as one CheckpointError.
 """
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from alexnet_jax.training import guard
+from alexnet_jax.training import guard, workdirs
 
 UNREADABLE_SUFFIX = ".unreadable"  # a step directory set aside: orbax only takes names of digits for steps
 
@@ -100,12 +101,12 @@ def manager(workdir: str, config, create: bool = True) -> ocp.CheckpointManager:
   """The checkpoints of a run; create=False for the scripts that only read one, which then create nothing."""
   _quiet_for_the_process()
   with _orbax_quiet(logging.WARNING):  # it warns of each step directory without metadata: restore() says more
-    return ocp.CheckpointManager(
+    return _while_rotating(lambda: ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), "checkpoints"),
         item_handlers=dict(state=ocp.StandardCheckpointHandler(), data=ocp.JsonCheckpointHandler(),
                            run=ocp.JsonCheckpointHandler()),
         options=ocp.CheckpointManagerOptions(max_to_keep=config.checkpoints_to_keep, create=create,
-                                             read_only=not create))
+                                             read_only=not create)))
 
 
 def existing(workdir: str, config) -> ocp.CheckpointManager:
@@ -124,8 +125,31 @@ def _saving(mngr: ocp.CheckpointManager):
   except CheckpointError:
     raise
   except Exception as e:  # orbax and tensorstore raise a ValueError, or a bare Exception, for one full disk
-    raise CheckpointError(f"cannot save a checkpoint in {mngr.directory}: {_reason(e)}; free space, then rerun the "
-                          "same command to resume from the last checkpoint") from None
+    raise CheckpointError(f"cannot save a checkpoint in {mngr.directory}: {_reason(e)}; {_remedy(e)}") from None
+
+
+def _remedy(e: BaseException) -> str:
+  """What to do about a failed save, by its cause: only a full disk is helped by freeing space."""
+  again = "then rerun the same command to resume from the last checkpoint"
+  code = _errno(e)
+  if code in workdirs.FULL:
+    return f"free space, {again}"
+  if code == errno.ENOENT:
+    return f"a file of the checkpoint went while it was written (another process removing it?): stop that, {again}"
+  if code in (errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS):
+    return f"make that path a writable directory, {again}"
+  return again
+
+
+def _errno(e: BaseException) -> int | None:
+  """The errno of the innermost OSError in e's chain, or of the os_error_code that tensorstore puts in its text."""
+  while e is not None:
+    if isinstance(e, OSError) and e.errno:
+      return e.errno
+    if m := re.search(r"os_error_code='?(\d+)", str(e)):
+      return int(m.group(1))
+    e = e.__cause__ or e.__context__
+  return None
 
 
 DIGEST = "state_digest"  # the key of the digest in a checkpoint's data item
@@ -221,29 +245,71 @@ def restore(mngr: ocp.CheckpointManager, state, set_aside: bool = False) -> tupl
   Shapes are compared with the checkpoint's metadata first, so that a checkpoint of another network is refused
   with one message, before orbax starts reading. A checkpoint that cannot be read is passed over with a warning;
   with set_aside (training, which will save those steps again) its directory is renamed <step>.unreadable, out of
-  orbax's sight. A CheckpointError if there are checkpoints and none restores.
+  orbax's sight. A checkpoint that goes while it is read was rotated away by a run still saving: the steps are
+  listed again and the newest tried anew. A CheckpointError if there are checkpoints and none restores.
   """
-  wanted, failed = _shapes(state), []
-  for step in sorted(mngr.all_steps(), reverse=True):
-    try:
-      with _orbax_quiet(logging.WARNING):
-        restored = _restore_step(mngr, step, state, wanted)
-    except CheckpointError:
-      raise
-    except Exception as e:  # orbax and tensorstore raise KeyError, ValueError or a bare Exception for one fault
-      failed.append(step)
-      logging.warning("checkpoint %d in %s cannot be restored (%s): trying the one before", step, mngr.directory,
-                      _reason(e))
-      continue
-    if failed and set_aside:
-      moved = [_set_aside(mngr, s) for s in failed]
-      mngr.reload()
-      logging.warning("resuming from checkpoint %d; set aside, not deleted: %s", step, ", ".join(moved))
-    return restored["state"], restored["data"]
+  wanted, failed = _shapes(state), {}
+  for _ in range(ROTATIONS):
+    steps, failed = sorted(mngr.all_steps(), reverse=True), {}
+    for step in steps:
+      try:
+        with _orbax_quiet(logging.WARNING):
+          restored = _restore_step(mngr, step, state, wanted)
+      except CheckpointError:
+        raise
+      except Exception as e:  # orbax and tensorstore raise KeyError, ValueError or a bare Exception for one fault
+        failed[step] = _reason(e)
+        continue
+      _passed_over(mngr, failed, set_aside, step)
+      return restored["state"], restored["data"]
+    _listed_anew(mngr)
+    if sorted(mngr.all_steps(), reverse=True) == steps:
+      break  # none went and none came: they cannot be read
+    # A run still saving rotated them away while they were read (orbax deletes a step's items one by one): the
+    # newer ones are read instead, and nothing is said of those that went.
+  _passed_over(mngr, failed, set_aside)
   if failed:
     raise CheckpointError(f"none of the checkpoints in {mngr.directory} can be restored (steps "
-                          f"{', '.join(map(str, failed))}; warnings above): move them away to train afresh")
+                          f"{', '.join(map(str, failed))}; warnings above){_unreadable_remedy(set_aside)}")
   return state, None
+
+
+def _passed_over(mngr: ocp.CheckpointManager, failed: dict, set_aside: bool, resumed: int | None = None) -> None:
+  """Warns of each checkpoint that could not be restored and is still there; with set_aside, renames them."""
+  there = [step for step in failed if os.path.isdir(os.path.join(mngr.directory, str(step)))]
+  for step in there:
+    logging.warning("checkpoint %d in %s cannot be restored (%s): trying the one before", step, mngr.directory,
+                    failed[step])
+  if there and set_aside and resumed is not None:
+    moved = [_set_aside(mngr, step) for step in there]
+    _listed_anew(mngr)
+    logging.warning("resuming from checkpoint %d; set aside, not deleted: %s", resumed, ", ".join(moved))
+
+
+def _listed_anew(mngr: ocp.CheckpointManager) -> None:
+  _while_rotating(mngr.reload)
+
+
+def _while_rotating(list_steps):
+  """list_steps() (which lists the checkpoints' steps, then reads each one's time), again while a run still saving
+  removes a step between the two."""
+  for attempt in range(ROTATIONS):
+    try:
+      return list_steps()
+    except FileNotFoundError:
+      if attempt == ROTATIONS - 1:
+        raise
+  return None
+
+
+ROTATIONS = 5  # times the steps are listed again when a checkpoint goes while it is read
+
+
+def _unreadable_remedy(training: bool) -> str:
+  """What to do when no checkpoint restores: a reader keeps them (a run may still be writing them)."""
+  if training:
+    return ": they are left as they are; to train afresh, pass another --workdir"
+  return ": if a run is still saving in that workdir, rerun once it has saved again"
 
 
 def _set_aside(mngr: ocp.CheckpointManager, step: int) -> str:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 NEVER = np.iinfo(np.int32).max  # `nonfinite_from` of a window whose every loss was finite
+NONFINITE_LOSS = "a non-finite loss"  # what Diverged says of a step whose loss was not finite
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C, a closed terminal
 
 
@@ -27,11 +28,16 @@ class Diverged(ValueError):
   """The loss or the state stopped being finite: training stopped without saving the non-finite state. `what`
   says which: 'a non-finite loss' or 'a non-finite state'."""
 
-  def __init__(self, step: int, what: str, last_checkpoint: int | None, directory: str):
+  def __init__(self, step: int, what: str, last_checkpoint: int | None, directory: str, first: bool = False):
     where = (f"the last finite checkpoint is step {last_checkpoint} in {directory}: rerun with a lower "
              "config.learning_rate to resume from it" if last_checkpoint is not None else
              f"and no checkpoint in {directory}: rerun with a lower config.learning_rate")
-    super().__init__(f"training diverged: {what} at step {step}; stopped without saving, {where}")
+    if first:  # the loss of weights no update has touched yet: the learning rate is not the cause
+      super().__init__(f"{what} at step {step}, the first of this run, before any update: the images or the "
+                       "weights the run starts from give no finite loss (the weights of an init_from file, the "
+                       "pixel statistics in run.json); stopped without saving")
+    else:
+      super().__init__(f"training diverged: {what} at step {step}; stopped without saving, {where}")
     self.step, self.last_checkpoint = step, last_checkpoint
 
 

@@ -178,7 +178,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
         if writer:
           writer.note(done, said)
       if (bad := guard.first_nonfinite(window)) is not None:
-        diverged = bad, "a non-finite loss"
+        diverged = bad, guard.NONFINITE_LOSS
       dead = guard.collapsed(window, train, dataset.num_classes)
       dead_logs, dead_since = (dead_logs + 1, dead_since or logged + 1) if dead else (0, None)
       if dead_logs == guard.COLLAPSE_LOGS:
@@ -209,7 +209,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   closing.close()  # the feed (its thread and worker processes, if any) and the metric writer
   checkpoints.wait(manager)
   if diverged:
-    raise guard.Diverged(*diverged, manager.latest_step(), manager.directory)
+    raise guard.Diverged(*diverged, manager.latest_step(), manager.directory, first=diverged == (start + 1, guard.NONFINITE_LOSS))
   if collapse:
     raise collapse
   if signalled:

@@ -72,11 +72,13 @@ def read(workdir: str) -> Run:
   except FileNotFoundError:
     raise ValueError(f"{workdir} holds no {FILE}: pass the workdir of a training run (it writes {FILE} when it "
                      "starts)") from None
-  except (OSError, ValueError, KeyError, TypeError) as e:
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
     raise ValueError(f"{path} cannot be read ({type(e).__name__}: {e}): it is not what training wrote") from None
 
 
 def from_description(d: dict) -> Run:
+  if not isinstance(d, dict):
+    raise ValueError(f"it holds a JSON {type(d).__name__}, not the object training writes")
   if d.get("version") != VERSION:
     raise ValueError(f"version {d.get('version')!r}, this package reads {VERSION}")
   config = paper_config()
@@ -92,7 +94,32 @@ def from_description(d: dict) -> Run:
   data, network = d["dataset"], d["network"]
   table = Table(tuple(Layer(**layer) for layer in network["layers"]), network["towers"])
   statistics = Statistics(**{k: np.asarray(v, np.float32) for k, v in data["statistics"].items()})
-  return Run(config, table, tuple(data["classes"]), statistics, data["size"], data["num_train"], data["source"])
+  classes = _classes(data["classes"], table.weighted()[-1].filters)
+  _check_statistics(statistics)
+  return Run(config, table, classes, statistics, data["size"], data["num_train"], data["source"])
+
+
+def _classes(classes, outputs: int) -> tuple[str, ...]:
+  """The class names, one per output of the network's last layer."""
+  if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+    raise ValueError(f"dataset.classes is {type(classes).__name__} {str(classes)[:60]!r}, not a list of names")
+  if len(classes) != outputs or len(set(classes)) != len(classes):
+    raise ValueError(f"dataset.classes names {len(classes)} classes ({len(set(classes))} different) for the "
+                     f"{outputs} outputs of the network")
+  return tuple(classes)
+
+
+def _check_statistics(statistics: Statistics) -> None:
+  """Pixel statistics that normalise to finite numbers: 3 channels, std above 0."""
+  shapes = dict(mean=(3,), std=(3,), eigval=(3,), eigvec=(3, 3))
+  for name, shape in shapes.items():
+    value = getattr(statistics, name)
+    if value.shape != shape or not np.isfinite(value).all():
+      raise ValueError(f"dataset.statistics.{name} is {value.tolist()}: {'×'.join(map(str, shape))} finite numbers "
+                       "expected")
+  if not (statistics.std > 0).all():
+    raise ValueError(f"dataset.statistics.std is {statistics.std.tolist()}: the images are divided by it, so each "
+                     "must be above 0")
 
 
 def with_overrides(run: Run, config) -> Run:

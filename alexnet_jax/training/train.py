@@ -208,6 +208,8 @@ def metrics_of(logits, labels, mask=None):
     label = classes == labels[:, None]
     own = jnp.sum(jnp.where(label, logits, 0), axis=-1, keepdims=True)
     rank = jnp.sum((logits > own) | ((logits == own) & (classes < labels[:, None])), axis=-1)
+    # Every comparison with a NaN is false, which would rank the label first: a row not all finite hits nothing.
+    rank = jnp.where(jnp.all(jnp.isfinite(logits), axis=-1), rank, jnp.iinfo(rank.dtype).max)
     return dict(loss=jnp.sum(loss * mask), top1=jnp.sum((rank < 1) * mask), top5=jnp.sum((rank < 5) * mask),
                 count=jnp.sum(mask))
 

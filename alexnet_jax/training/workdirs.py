@@ -39,6 +39,10 @@ def claim(workdir: str, lock: bool = True):
   way out, the directories this call made go again if nothing but the lock was written in them."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir {workdir} is a file, not a directory: pass a directory")
+  checkpoints = os.path.join(workdir, "checkpoints")
+  if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):  # orbax would fail at the first save
+    raise WorkdirError(f"{checkpoints} is not a directory, and the run saves its checkpoints there: move it away, "
+                       "or train in another --workdir")
   _check_length(workdir)
   made, held = _missing(workdir), None
   try:
@@ -130,3 +134,46 @@ def _take(lock, workdir: str) -> None:
   lock.truncate()
   lock.write(f"{os.getpid()}\n")
   lock.flush()
+
+
+def write_file(path: str, data: bytes) -> None:
+  """`data` into the file `path` whole or not at all (a temporary file beside it, renamed over it; a symbolic link
+  is written through), or straight into what is there where that is not a file (a device, a pipe: renaming over
+  it would replace it); one ValueError naming the path and why, the file as it was."""
+  real = os.path.realpath(path)
+  regular = not os.path.exists(real) or os.path.isfile(real)
+  target = real + ".tmp" if regular else real
+  try:
+    with open(target, "wb") as f:
+      f.write(data)
+    if regular:
+      os.replace(target, real)
+  except OSError as e:
+    if regular:
+      with contextlib.suppress(OSError):
+        os.remove(target)
+    raise ValueError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+# What a training run writes in its workdir, as the first part of a path there (with its suffixes: metrics.jsonl.1,
+# run.json.tmp): no script's output may be one, as writing it would destroy the run.
+RUN_FILES = ("run.json", ".lock", "metrics.jsonl", "curves.png", "conv1_filters.png", "conv1_learned.png",
+             "checkpoints", "tensorboard")
+
+
+def check_output(flag: str, path: str, workdir: str | None) -> None:
+  """Refuses the output `path` of a script's `flag` where it is the run's workdir itself or one of the run's own
+  files; a new file in the workdir (an artifact, predictions) is fine."""
+  if workdir and run_file(workdir, path):
+    raise ValueError(f"{flag} {path} is a file of the run in {workdir}: write it elsewhere")
+
+
+def run_file(workdir: str, path: str) -> bool:
+  """Whether `path` is `workdir` or one of its run's files, as written and with links resolved (a checkpoints/
+  that links to another disk is still the run's)."""
+  for root, where in ((os.path.abspath(workdir), os.path.abspath(path)),
+                      (os.path.realpath(workdir), os.path.realpath(path))):
+    first = os.path.relpath(where, root).split(os.sep)[0]
+    if first == "." or any(first == name or first.startswith(name + ".") for name in RUN_FILES):
+      return True
+  return False
