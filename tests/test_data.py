@@ -25,6 +25,7 @@ from alexnet_jax.data import (
   get_dataset,
   iterate,
   procedural,
+  sources,
   statistics,
   train_batches,
 )
@@ -563,3 +564,8 @@ def test_a_folder_of_one_class_is_refused_naming_it(tmp_path):
                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {said}"], done.stderr[-2000:]
   assert not os.path.exists(tmp_path / "store")
+  # A store of one class (written by hand, past prepare's check) is refused where training opens it.
+  one = {split: sources.ImageFolder(str(tmp_path), split, ("cat",), 32) for split in ("train", "val")}
+  prepare.write_store(str(tmp_path / "store"), one, prepare.store_settings(dict(folder="x"), ["cat"], 32, 90), 1)
+  with pytest.raises(DataError, match=r"^'store' at .*/store has 1 class \(cat\): a classifier needs ≥ 2$"):
+    get_dataset(data_config("store", data_dir=str(tmp_path / "store"), eval_split="val", resize=32))

@@ -232,6 +232,9 @@ def make_dataset(config, train, test, classes: tuple[str, ...], statistics: Stat
   in length, decoded to S×S by config.dataset.threads threads, statistics measured unless the source (or the
   caller) knows them."""
   d = config.dataset
+  if len(classes) < 2:  # every label the same: top-1 would reach 1.0 and mean nothing
+    raise sources.DataError(f"{d.name!r} at {d.data_dir or 'its default place'} has {len(classes)} class "
+                            f"({', '.join(classes) or 'none'}): a classifier needs ≥ 2")
   if d.num_classes and d.num_classes != len(classes):
     raise sources.DataError(f"config.dataset.num_classes={d.num_classes} but {d.name!r} has {len(classes)} classes; "
                             f"set it to {len(classes)}, or 0 to take it from the data")
