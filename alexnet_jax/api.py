@@ -4,29 +4,15 @@
   config = alexnet_jax.get_config("demo")           # configs/demo.py
   alexnet_jax.train(config, "runs/demo")            # as scripts/train.py does
   model = alexnet_jax.load("runs/demo")             # the run's newest checkpoint, on one device
-  model.classes                                     # the class names, by label
-  model.predict(images)                             # (N, classes) probabilities, a row per image
+  model.predict(images)                             # (N, classes) probabilities, a row per image (model.classes)
   model.top(images, k=5)                            # [[(class, probability), …] per image]
   model.evaluate(crops=10)                          # top-1, top-5 and loss on the run's evaluation split
 
-`load` needs nothing but the run's directory (its run.json and checkpoints). `images` is whatever holds images,
-taken in order:
-- a path (str or pathlib.Path) to an image file, or to a folder: the image files (IMAGE_SUFFIXES) in it and in its
-  subfolders, sorted by path (image_files);
-- a PIL image, of any mode;
-- an array: (H, W) grey, (H, W, C) one image, (N, H, W, C) a batch of N, C being 1 (grey), 3 (RGB) or 4 (RGBA, the
-  alpha dropped); uint8, or uint16 (its top byte kept, as sources.to_uint8). Another dtype is refused (a float's
-  range cannot be known: (x * 255).round().astype(np.uint8) for one in [0, 1]), and so is a channels-first array
-  (its first image axis 1, 3 or 4 long before a longer one: a (3, H, W) array is refused, not read as 3 rows);
-- a list, tuple or iterator of any of these, mixed.
-Files and PIL images are turned upright by their EXIF orientation (sources.upright, as training reads them); then
-every image goes one way, whatever it came as: its (H, W, 3) pixels resized to the run's stored side S (shorter side
-S, PIL's bilinear, the central S×S, as training stored its images), then centre-cropped (or 10-cropped) on the
-device. A file, its PIL image and its pixels score the same.
-
-An image file that cannot be read raises a ValueError when it is `images` alone. In a folder or a list it is skipped
-with a warning that names it and says why, and keeps its place: `predict` gives it a row of NaN and `top` None, so
-that the results stay one per image, in order (image_files gives a folder's); `stored` leaves it out.
+`load` needs nothing but the run's directory. `images` is an image file or folder, a PIL image, a uint8 or uint16
+array of one image or an NHWC batch, or a list or iterator of these (docs/python.md has the rules). Every image goes
+the way training stored its images (upright, shorter side resized to S, the central S×S), then is cropped on the
+device, so a file, its PIL image and its pixels score the same. An unreadable file alone raises a ValueError; in a
+folder or a list it is skipped with a warning and keeps its place (`predict` gives it a row of NaN, `top` None).
 """
 
 import collections.abc

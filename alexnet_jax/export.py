@@ -1,32 +1,12 @@
 """Portable artifacts of a network (jax.export): serialised StableHLO that any JAX of a compatible version loads and
 runs on the platforms it was exported for, without this package's code (except a train step's pytree types).
 
-An artifact file is MAGIC, one line of JSON, the header — what it says of itself (an inference artifact: the class
-names, the statistics its uint8 input is normalised with, the stored size, the crop), its format, its payload's
-length and a SHA-256 — then jax.export's serialisation, the payload. The SHA-256 is of the header and the payload
-together (`digest`), so that `load` refuses a truncated or altered file, its class names edited included; it also
-refuses a payload that does not deserialise, and class names that are not one per logit. A reader without this
-package splits the file at the first two newlines and calls `jax.export.deserialize` on the rest.
-
-Two functions can be exported, for a batch of any size (one device, and no Triton kernels in a cuda program:
-jax-triton compiles a kernel for one shape) or of the size given:
-- 'inference': logits (N, classes), float32, with the trained weights inside the artifact. Input 'uint8': (N, S, S, 3)
-  uint8 images as the evaluation pipeline gives them (S = dataset.resize for stored images, image_size for the
-  procedural set), centre-cropped to image_size and normalised by the dataset's statistics on the device, as
-  eval_step scores them; input 'chwn': (3, image_size, image_size, N) float32, already normalised: the network alone.
-- 'train_step': train.train_step, (state, batch, key) → (state, metrics) for experiments, with the state a
-  train.TrainState (parameters and momentum as create_train_state lays them out), the batch the training batch of
-  the pipeline's contract (docs/data.md) and key a PRNG key.
-
-Both are traced on the config's mesh: an artifact runs on as many devices as that mesh has (scripts/export.py makes
-one-device artifacts unless told otherwise: the same numbers). What differs between platforms (the Triton
-kernels on CUDA under kernel_backend 'auto', a float32 reduce-scatter on CPU) is chosen by the platform each program
-is lowered for, so every platform's program in an artifact carries only its own choices. An artifact for cuda with
-the kernels inside can only be made beside a CUDA GPU: jax-triton compiles each kernel, at export, to PTX for that
-GPU's compute capability, which the artifact then needs (docs/export.md).
-
-Importing this module registers the pytree types of a train step's state for serialisation: import it before
-`jax.export.deserialize` of a train step (`load` does).
+A file is MAGIC, one line of JSON header (with a SHA-256 of header and payload together, so that `load` refuses a
+truncated or altered file), then jax.export's serialisation. Two functions can be exported: 'inference' (logits from
+'uint8' stored images or 'chwn' normalised crops, the weights inside) and 'train_step'. What differs between
+platforms is chosen by the platform each program is lowered for; a cuda artifact with the Triton kernels needs a
+fixed batch and can only be made beside a CUDA GPU. docs/export.md has the format and the inputs. Importing this
+module registers a train step's pytree types: import it before `jax.export.deserialize` of a train step (`load` does).
 """
 
 import contextlib

@@ -1,21 +1,16 @@
-"""Lists what a train step moves between devices, per layer, from the compiled HLO beside what the placement plan says
-(alexnet_jax/measure/comm.py, which compiles the step), with the plan itself:
+"""Lists what a train step moves between devices, per layer, from the compiled HLO beside the placement plan's
+figure (alexnet_jax/measure/comm.py), with the plan itself: a strategy's traffic, known without running it.
 
   python scripts/comm_report.py --config configs/alexnet_2gpu.py [--config.key=value …]
       [--strategies tower,data,hybrid] [--dtypes float32,bfloat16] [--batches 128,1024] [--devices 4,8]
       [--json OUT.json]
 
-By default the config's own strategy ('table': each layer's own place), dtype and batch. The step is compiled, not
-run, for the config's mesh, or with --devices for the mesh that scripts/benchmark.py's layout of each strategy
-spreads over each device count (measure/systems.mesh_shape: tower as split, towers × N/towers; data as dp, 1 × N;
-hybrid N × 1). On a CPU host add --config.cpu_devices=N to simulate N devices. Per collective: its kind, the layer
-it belongs to (a combined gradient all-reduce split by the layers it carries; outside the network, the step's
-scope: 'input' where the host spread the rows and the crops are gathered on the devices, 'labels' where the
-network's output lies otherwise than its input, 'loss', 'metrics', else 'other'), the devices of each group and the
-bytes per step (hlo.Collective: the whole gathered tensor, the whole tensor before a reduce-scatter, the reduced
-operand), then the plan's figure and each step's total. On CPU devices
-XLA runs bfloat16 gathers and reduce-scatters in float32: their rows say so, with the HLO's bytes twice the plan's.
-Prints markdown; --json writes one record per collective.
+The step is compiled, not run: by default for the config's strategy, dtype, batch and mesh; --devices takes the mesh
+that scripts/benchmark.py's layout of each strategy spreads over each device count (on a CPU host add
+--config.cpu_devices=N to simulate N devices). Per collective: its kind, its layer (outside the network: 'input',
+'labels', 'loss', 'metrics', else 'other'), the devices of each group and the bytes per step, then the plan's figure
+and each step's total. On CPU devices XLA runs bfloat16 gathers and reduce-scatters in float32: their rows say so,
+with twice the plan's bytes. Prints markdown; --json writes one record per collective.
 """
 
 import json

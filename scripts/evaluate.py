@@ -1,13 +1,12 @@
-"""Top-1 and top-5 accuracy of a run's newest checkpoint, as the paper tests: on the centre crop and on many crops
-(the paper's 10: four corners and centre, and their mirrors, averaging the softmax):
+"""Top-1 and top-5 accuracy of a run's newest checkpoint, as the paper tests: on the centre crop and on the paper's
+10 crops (four corners and centre, and their mirrors, averaging the softmax):
 
   python scripts/evaluate.py --workdir runs/alexnet_2gpu [--crops 1,10] [--config.key=value …]
 
-A run that trained without mirrored crops (config.dataset.flip False, or the procedural set) is scored on the 5
-unmirrored crops in place of 10: a mirror is an image it never saw. The run's directory says everything else
-(run.json: its config, classes and statistics); --config.KEY=VALUE changes how it is read (e.g.
---config.dataset.data_dir where the data lies now, --config.eval_batch_size). Prints a table and writes
-eval_<step>.json into the workdir (--out elsewhere, but not over one of the run's own files: run.json, …).
+The run's directory says the rest (run.json: its config, classes and statistics); --config.KEY=VALUE changes how it
+is read (e.g. --config.dataset.data_dir where the data lies now). A run trained without mirrored crops is scored on
+the 5 unmirrored crops in place of 10: a mirror is an image it never saw. Prints a table and writes
+eval_<step>.json into the workdir (--out elsewhere, but not over one of the run's own files).
 """
 
 import json

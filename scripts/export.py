@@ -1,16 +1,14 @@
-"""Exports a run's trained network, or its train step, as a portable artifact (alexnet_jax/export.py):
+"""Exports a run's trained network, or its train step, as a portable artifact (alexnet_jax/export.py, docs/export.md):
 
   python scripts/export.py --workdir DIR --out model.jaxexport [--platforms cpu[,cuda,tpu]]
       [--function inference|train_step] [--input uint8|chwn] [--batch N] [--mesh one|run] [--config.key=value …]
 
-'inference' (the default) puts the newest checkpoint's weights inside the artifact, and what it says of itself
-(class names, pixel statistics, stored size): logits (N, classes) for uint8 images (N, S, S, 3) as the evaluation
-pipeline gives them ('uint8', S the run's stored side; scripts/predict.py --artifact makes them from image files),
-or for normalised CHWN crops (3, image_size, image_size, N) ('chwn'). 'train_step': (state, batch, key) → (state,
-metrics) of the run's config. N is any batch unless --batch fixes it (a cuda program with the Triton kernels needs
-one). The artifact runs on one device (--mesh run: on as many as the run's mesh has). 'cuda' with the Triton kernels
-can only be exported beside a CUDA GPU, and the artifact then needs a GPU of that compute capability. --out may be
-in the workdir (DIR/model.jaxexport), but not one of the run's own files (run.json, metrics.jsonl, checkpoints/, …).
+'inference' (the default) holds the newest checkpoint's weights and what the run says of itself (class names, pixel
+statistics, stored size): logits (N, classes) for uint8 images (N, S, S, 3) as scripts/predict.py --artifact makes
+them, or for normalised CHWN crops ('chwn'). 'train_step': (state, batch, key) → (state, metrics) of the run's config.
+N is any batch unless --batch fixes it (a cuda program with the Triton kernels needs one). The artifact runs on one
+device (--mesh run: on the run's mesh). 'cuda' with the Triton kernels is exported only beside a CUDA GPU, for GPUs
+of its compute capability. --out may be in the workdir, but not one of the run's own files.
 """
 
 import sys

@@ -3,17 +3,13 @@
   python scripts/predict.py --workdir DIR PATH… [--top 5] [--crops 1|5|10] [--json OUT.json] [--csv OUT.csv]
   python scripts/predict.py --artifact model.jaxexport PATH…
 
-PATHs are image files or folders: a folder's images (JPEG, PNG, BMP, GIF, TIFF, WebP) and its subfolders', sorted by
-path, folder by folder, as the Python API takes a folder (alexnet_jax.api.image_files). Each image is turned upright
-by its EXIF orientation, resized as training stored its images (shorter side S, the central S×S) and scored on its
-centre crop or the paper's 10 crops (with a run; an artifact takes the centre crop). Prints each image's likeliest
-classes with their probabilities; --json and --csv write them too, every image in that order. A file that cannot be
-read is skipped, and said so: on stderr ("skipped PATH: why"), in --json as {"path": …, "skipped": why} beside the
-images read, {"path": …, "top": [{"rank": 1, "class": …, "probability": …}, …]}, and in --csv, whose columns are
-path, rank, class, probability, skipped, as the row PATH,,,,why (an image read has a row per rank, skipped empty).
---json and --csv may not name a file of the run (run.json, metrics, pictures, checkpoints/, tensorboard/: a new file
-in the workdir is fine), the artifact or an image; each is written whole or not at all. Runs on one device of
-whatever the host has.
+PATHs are image files or folders (a folder's images and its subfolders', sorted by path, as
+alexnet_jax.api.image_files takes them). Each image is turned upright by its EXIF orientation, resized as training
+stored its images and scored on its centre crop or the paper's 10 crops (an artifact takes the centre crop). Prints
+each image's likeliest classes with their probabilities; --json and --csv write them too, each file whole or not at
+all, never over a file of the run, the artifact or an image. A file that cannot be read is skipped and said so: on
+stderr ("skipped PATH: why"), in --json as {"path": …, "skipped": why}, in --csv (columns path, rank, class,
+probability, skipped) as the row PATH,,,,why. Runs on one device.
 """
 
 import csv

@@ -3,16 +3,13 @@
   make prepare ARGS='--name=imagenet2012 --data_dir=/data/tfds --manual_dir=/data/ILSVRC2012 --store=/data/in256'
   make prepare ARGS='--name=folder --data_dir=photos --store=photos_128 --size=128 [--quality=90]'
 
-A tfds dataset is first prepared as array_record in data_dir, unless it is there already: that needs TensorFlow
-(tfds's builders decode and re-encode with tf.io and tf.image), so `make prepare` runs this script in a virtual
-environment of its own, .venv-prepare. For imagenet2012, manual_dir holds ILSVRC2012_img_train.tar and
-ILSVRC2012_img_val.tar from image-net.org. Without --store, that is all.
-
-With --store, every image of the splits is written to the store: shorter side resized to --size, the central
-size×size patch, JPEG at --quality, with its label; deterministic (a rerun gives the same bytes) and resumable (a
-rerun after an interruption keeps the complete shards). Unreadable images are left out and listed. Its last lines
-are the commands that train configs/own_images.py on the store and classify images with the run. 128 pixels a side
-suits that config on CPUs; the paper stored ImageNet at 256 (the default) for its 224 crops.
+A tfds dataset is first prepared as array_record in data_dir, unless it is there already: that needs TensorFlow, so
+`make prepare` runs this script in a virtual environment of its own, .venv-prepare. For imagenet2012, manual_dir
+holds ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from image-net.org. Without --store, that is all.
+With --store, every image is written to the store: shorter side resized to --size, the central square, JPEG at
+--quality, with its label; deterministic and resumable (a rerun keeps the complete shards); unreadable images are
+left out and listed. The last lines printed are the commands that train configs/own_images.py on the store and
+classify images with the run. The default size, 256, is the paper's for its 224 crops; 128 suits CPUs.
 """
 
 import math
@@ -21,7 +18,9 @@ import shlex
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
+
+from alexnet_jax import cli
 
 flags.DEFINE_string("name", None, "a tfds dataset name (imagenet2012, imagenette, cifar10, …) or 'folder'")
 flags.DEFINE_string("data_dir", "", "tfds: where prepared datasets live (default ~/tensorflow_datasets); "
@@ -131,5 +130,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["name"])
-  app.run(main)
+  cli.run(main, required=["name"])

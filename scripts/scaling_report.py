@@ -2,22 +2,21 @@
 
   python scripts/scaling_report.py ROWS.json [ROWS.json …] [--png scaling.png] [--markdown scaling.md]
 
-Rows are grouped by system and dtype; a row that several files hold (same system, dtype, devices and global batch) is
-taken from the last of them. For each batch per device that the rows share (benchmark.py --per_device_batches), one
-table: per system and device count the global batch, images/s, the scaling efficiency (images/s over the device count
-× the most images/s on one device of any layout of the same implementation at that batch per device: on one device
-every layout runs the same step), ms per step, GiB per device (the allocator's peak; on CPU, where there is none,
-XLA's figure for the step) and the bytes the collectives move per step, in all and the largest layer's; then one table
-of the global batch that gives each system its most images/s at each device count (its efficiency against its
-implementation's best on one device). The PNG plots images/s against devices, one line per system and dtype (from its
-implementation's one-device point where it has none of its own), a panel per batch per device and one for the best
-batch. Prints the markdown; failed rows are listed after the tables.
+Rows are grouped by system and dtype; a row that several files hold (same system, dtype, devices and global batch)
+is taken from the last of them. For each batch per device the rows share (benchmark.py --per_device_batches), a
+table per system and device count: the global batch, images/s, the scaling efficiency (images/s over the device
+count × the most images/s on one device of the same implementation at that batch per device), ms per step, GiB per
+device and the bytes the collectives move per step; then the global batch that gives each system its most images/s
+at each device count. The PNG plots images/s against devices, a line per system and dtype, a panel per batch per
+device and one for the best batch. Prints the markdown; failed rows are listed after the tables.
 """
 
 import json
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from alexnet_jax import cli
 
 flags.DEFINE_string("png", None, "write the plot here")
 flags.DEFINE_string("markdown", None, "write the tables here")
@@ -168,4 +167,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py, scripts/profile_step.py and scripts/bench_end_to_end.py end to end on the demo config (tiny,
+"""scripts/benchmark.py, scripts/dev/profile_step.py and scripts/dev/bench_end_to_end.py end to end on the demo config (tiny,
 CPU), and the reading of profiler traces."""
 
 import json
@@ -56,7 +56,7 @@ def test_benchmark_refuses_an_unknown_system_in_one_line():
 
 def test_profile_step_tables_the_kernels_of_a_traced_step(tmp_path):
   out = tmp_path / "profile.json"
-  run = script("profile_step.py", *SMALL, "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
+  run = script("dev/profile_step.py", *SMALL, "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
                f"--trace_dir={tmp_path / 'trace'}")
   assert run.returncode == 0, run.stderr[-2000:]
   summary = json.loads(out.read_text())
@@ -110,8 +110,8 @@ def test_benchmark_rows_of_the_strategies_lab(tmp_path):
 def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(tmp_path, monkeypatch):
   """On two CPU devices, a 24-photo store: the decoder alone and beside the step, then the host decoding in this
   process and the devices' processes decoding half of each batch, each row with where its time went."""
-  monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
-  import bench_input  # noqa: PLC0415  (scripts/, not a package)
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts", "dev"))
+  import bench_input  # noqa: PLC0415  (scripts/dev/, not a package)
 
   bench_input.write_folder(str(tmp_path / "photos"), 24)
   prepare = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder",
@@ -120,7 +120,7 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert prepare.returncode == 0, prepare.stderr[-2000:]
   out = tmp_path / "end_to_end.json"
-  run = script("bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
+  run = script("dev/bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
                "--config.batch_size=4", "--steps=2", "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all",
                "--decoder_seconds=0.5", "--cache=1,host:0.5,sharded:0.5", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
@@ -153,14 +153,14 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
 
 
 def test_bench_end_to_end_needs_a_store():
-  run = script("bench_end_to_end.py", timeout=60)
+  run = script("dev/bench_end_to_end.py", timeout=60)
   assert run.returncode != 0 and "Traceback" not in run.stderr
   assert "--store" in run.stderr.strip().splitlines()[-1]
 
 
 def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   out = tmp_path / "tune.json"
-  run = script("tune_kernels.py", *SMALL, "--batch=2", "--dtype=float16", "--mode=interpret",
+  run = script("dev/tune_kernels.py", *SMALL, "--batch=2", "--dtype=float16", "--mode=interpret",
                "--layers=conv5,lrn2,pool5", "--kernels=fwd,lrn_bwd,pool_fwd,lrn_pool_bwd", "--placements=split,one",
                "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
@@ -189,7 +189,7 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
 
 def test_tune_kernels_tries_the_filter_gradient_with_more_columns_per_program():
   code = """
-import sys, json; sys.path.insert(0, 'scripts')
+import sys, json; sys.path.insert(0, 'scripts/dev')
 import tune_kernels
 from alexnet_jax.measure.kernel_shapes import ConvShape
 shape = ConvShape('conv2', (96, 27, 27, 512), (48, 5, 5, 256), 1, 2, 2)
@@ -202,7 +202,7 @@ print(json.dumps(dict(first=more[0] == plain[0], plain=sorted({t.columns for t i
   assert run.returncode == 0, run.stderr[-2000:]
   got = json.loads(run.stdout.strip().splitlines()[-1])
   assert got == dict(first=True, plain=[4096], more=[4096, 16384], twice=True, fwd=True)
-  bad = subprocess.run([sys.executable, "scripts/tune_kernels.py", "--config", "configs/demo.py",
+  bad = subprocess.run([sys.executable, "scripts/dev/tune_kernels.py", "--config", "configs/demo.py",
                         "--wgrad_columns", "8192,lots"], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == (
       "error: --wgrad_columns takes positive whole numbers of columns, got 8192,lots")
@@ -212,7 +212,7 @@ def test_tune_kernels_chains_its_calls_in_one_program():
   # Every call stays a call of its own (not merged, not hoisted, its whole output made), the touched operand comes
   # back as it went in, and the output is fn's.
   code = """
-import sys, json; sys.path.insert(0, 'scripts')
+import sys, json; sys.path.insert(0, 'scripts/dev')
 import jax, jax.numpy as jnp, numpy as np
 import tune_kernels
 fn = jax.jit(lambda x, w: jnp.tanh(x @ w).sum(0))
@@ -236,7 +236,7 @@ def test_tune_summary_times_the_table_s_tiles_where_a_key_is_tuned():
   other = [f * 2 if i == 0 else f for i, f in enumerate(fields)]
   rows = [dict(kernel=key[0], key=list(key), layers=["conv1 split"], tiles=tiles, rule=rule, ms=ms, tflops=1.0)
           for tiles, rule, ms in ((other, True, 0.3), (list(fields), False, 0.2))]  # as the JSON rows hold them
-  code = ("import json, sys; sys.path.insert(0, 'scripts'); import tune_kernels; "
+  code = ("import json, sys; sys.path.insert(0, 'scripts/dev'); import tune_kernels; "
           f"print(json.dumps(tune_kernels.summarise({rows!r})))")
   run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]

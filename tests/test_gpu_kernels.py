@@ -1,5 +1,5 @@
 """The kernels at AlexNet's shapes on a CUDA GPU (`pytest -m gpu`), against float64 XLA: alexnet_jax/kernel_checks.py,
-the cases and bounds of scripts/verify_kernels.py.
+the cases and bounds of scripts/dev/verify_kernels.py.
 
 Each case runs compiled ('triton') and under the Triton interpreter ('interpret'), as Pallas' tests re-run in
 interpret mode; the interpreter, whose bfloat16 arithmetic is broken (triton#11584) and whose tf32 is exact float32,

@@ -104,7 +104,7 @@ def vgg16_step(dtype, backend):
 
 
 def test_vgg16_train_step_with_the_kernels_agrees_with_xla_in_float32():
-  # The bounds of scripts/verify_kernels.py's model check: loss within 1 %, parameter update within 5e-2.
+  # The bounds of scripts/dev/verify_kernels.py's model check: loss within 1 %, parameter update within 5e-2.
   (loss_xla, update_xla), (loss_triton, update_triton) = (vgg16_step("float32", b) for b in ("xla", "triton"))
   assert abs(loss_triton - loss_xla) < 1e-2 * abs(loss_xla)
   assert kernel_checks.rel(update_triton, update_xla) < 5e-2

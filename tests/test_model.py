@@ -89,7 +89,7 @@ def test_he_initialisation_scales_by_fan_in():
 
 
 def test_per_tower_shapes_for_the_kernels_follow_the_paper():
-  # What scripts/verify_kernels.py and bench_kernels.py run: one tower's share, traced from the table.
+  # What scripts/dev/verify_kernels.py and bench_kernels.py run: one tower's share, traced from the table.
   n = 128
   assert alexnet_convs(n) == [
       ConvShape("conv1", (3, 224, 224, n), (3, 11, 11, 48), 4, 2),

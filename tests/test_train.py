@@ -1,6 +1,7 @@
 """Training end to end on two simulated devices: learning, resuming, the files a run leaves, and bad input."""
 
 import functools
+import glob
 import json
 import os
 import runpy
@@ -293,8 +294,8 @@ def test_command_line_reports_bad_input_in_one_line(tmp_path, flag, message):
 @pytest.mark.parametrize("script,others", [  # a config file, or (the scripts that read a run) its run.json
     ("train.py", ["--config", "configs/demo.py", "--workdir", "WORKDIR"]), ("evaluate.py", ["--workdir", "RUN"]),
     ("visualize.py", ["--workdir", "RUN"]), ("export.py", ["--workdir", "RUN", "--out", "WORKDIR/x"]),
-    ("benchmark.py", ["--config", "configs/demo.py"]), ("profile_step.py", ["--config", "configs/demo.py"]),
-    ("verify_kernels.py", ["--config", "configs/demo.py"]),
+    ("benchmark.py", ["--config", "configs/demo.py"]), ("dev/profile_step.py", ["--config", "configs/demo.py"]),
+    ("dev/verify_kernels.py", ["--config", "configs/demo.py"]),
 ])
 def test_every_script_reports_a_mistyped_config_key_in_one_line(tmp_path, demo_run, script, others):
   args = [a.replace("WORKDIR", str(tmp_path)).replace("RUN", demo_run[0]) for a in others]
@@ -364,6 +365,14 @@ def test_help_names_the_config_and_show_config_lists_every_key():
   assert run.returncode == 0, run.stderr
   assert "width                      = 0.5" in run.stdout and "a number in [0.001, 64]: scales" in run.stdout
   assert len(run.stdout.splitlines()) == 2 * len(KEYS)
+
+
+@pytest.mark.parametrize("script", sorted(os.path.relpath(p, os.path.join(ROOT, "scripts")) for p in
+                                    glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)))
+def test_every_script_answers_help_with_its_flags_and_status_0(script):
+  run = subprocess.run([sys.executable, os.path.join("scripts", script), "--help"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+  assert run.returncode == 0 and "--" in run.stdout and not run.stderr.strip(), run.stdout[-1000:] + run.stderr[-2000:]
 
 
 def test_simulated_devices_get_threads_enough_for_their_collectives():

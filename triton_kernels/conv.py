@@ -6,30 +6,13 @@ Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-conti
   bias b                          (F,) float32
   output y, output gradient dy    (F, OH, OW, N)           OH = (H + 2·PAD - KH) // STRIDE + 1, likewise OW
   filter-gradient partials dw     (SPLIT, C/G, KH, KW, F)  float32; the caller sums axis 0
-Groups G split C and F into equal consecutive blocks: group g reads channels [g·C/G, (g+1)·C/G) and owns filters
-[g·F/G, (g+1)·F/G) (the paper's two towers on one device). The last grid axis is the group.
-
-Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so the columns
-of a tile are consecutive images at one pixel and load coalesced: cuda-convnet's point. There is no im2col buffer:
-the strided operand is gathered from CHWN with masks for padding and ragged edges.
-  conv_fwd    y[f, p]  = Σ_k w[k, f] · x[k, p]     rows F/G,  cols p = (oh, ow, n),  k = (c, kh, kw)
-  conv_dgrad  dx[c, q] = Σ_k w[c, k] · dy[k, q]    rows C/G,  cols q = (ih, iw, n),  k = (kh, kw, f)
-  conv_wgrad  dw[r, f] = Σ_p x[r, p] · dy[f, p]    rows r = (c, kh, kw),  cols F/G,  p = (oh, ow, n) split SPLIT ways
-k is ordered so that the filter tile is contiguous (w is a row-major (K, F) matrix per group in the forward pass).
-Products run on tensor cores for float16/bfloat16 (INPUT_PRECISION is then ignored) and accumulate in float32;
-float32 inputs go through tl.dot with INPUT_PRECISION "ieee" (full float32, no tensor cores) or "tf32". Outputs y and
-dx take the input dtype; dw partials stay float32. The data gradient is correct for any stride, but with stride S
-only 1/S² of its gathered terms are live: stride 1 is the efficient case (AlexNet never needs conv1's data
-gradient). Offsets are int32: every tensor must hold fewer than 2³¹ elements.
-
-Tiles (`Tiles`: the GEMM's row, column and reduction blocks, warps, pipeline stages and, for the filter gradient,
-reduction columns per program), chosen per layer: for 16-bit inputs from `TUNED` (conv_tiles.py), the table that
-scripts/tune_kernels.py measured on the GPU; otherwise by a rule of thumb:
-  rows, cols                       next pow2 of their count, clamped to [16, 128]
-  depth (fwd, dgrad K step)        next pow2 of K, clamped to [16, 32]; wgrad's column step: [16, 64]
-  wgrad columns per program        about 4096, in whole steps, none empty
-  num_warps 8 for a 128×128 output tile, else 4; num_stages 3.
-tl.dot needs every block dim ≥ 16, and tl.arange powers of two.
+Groups G split C and F into equal consecutive blocks (the paper's two towers on one device); the last grid axis is
+the group. Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so a
+tile's columns are consecutive images at one pixel and load coalesced (cuda-convnet's point); the strided operand is
+gathered from CHWN with masks, with no im2col buffer. 16-bit inputs run on tensor cores; float32 ones use
+INPUT_PRECISION "ieee" or "tf32"; all accumulate in float32, and y and dx take the input dtype. The data gradient is
+right at any stride but efficient only at stride 1. Offsets are int32: every tensor holds fewer than 2³¹ elements.
+Tiles: `tiles_for` (conv_tiles.py's tuned table for 16-bit inputs, else `rule_of_thumb`). Design: docs/kernels.md.
 """
 
 import dataclasses
@@ -222,6 +205,8 @@ def tiles_for(kernel, x_shape, w_shape, stride, padding, groups, dtype_name) -> 
 
 
 def rule_of_thumb(kernel, x_shape, w_shape, stride, padding, groups) -> Tiles:
+  """Blocks of the next power of two of their count, clamped to [16, 128] (the reduction step to [16, 32], wgrad's
+  to [16, 64]; tl.dot needs ≥ 16); 8 warps for a 128×128 output tile, else 4; 3 pipeline stages."""
   _, h, w, n = x_shape
   cg, kh, kw, f = w_shape
   oh, ow = out_size(h, kh, stride, padding), out_size(w, kw, stride, padding)

@@ -55,8 +55,8 @@ def crops_launch(images_shape, size: int, mean, std, out_dtype_name: str) -> Lau
     raise ValueError(f"crops: output dtype {out_dtype_name} is not one of {', '.join(OUT_DTYPES)}")
   if 3 * size * size * n >= 2**31:
     raise ValueError("crops: output offsets are int32; split the batch")
-  # As swept on an H200 (docs/BENCHMARKS.md, 2026-12-02): 64 images × 64 columns with 8 warps while the batch is
-  # small, 32 × 64 with 4 warps from 512 on, where the larger tile was the slower.
+  # Tuned on one H200 (docs/BENCHMARKS.md): 64 images × 64 columns with 8 warps while the batch is small, 32 × 64
+  # with 4 warps from 512 on, where the larger tile was the slower.
   nb, num_warps = (64, 8) if n <= 256 else (32, 4)
   nb = min(nb, max(16, triton.next_power_of_2(n)))
   wb = min(64, max(16, triton.next_power_of_2(size)))

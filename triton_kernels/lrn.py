@@ -2,22 +2,17 @@
 
   forward:  x (C, H, W, N) → y (C, H, W, N) in x's dtype
   backward: x, dy → dx (C, H, W, N) in dy's dtype
-  RELU: normalise ReLU(x) instead of x, and pass dx back through the ReLU: the conv before the LRN leaves its ReLU
-  here, so that its backward needs no pass of its own to mask the gradient (it reads x and dy, writes the masked dy)
+  RELU: normalise ReLU(x) and pass dx back through the ReLU: the conv before the LRN leaves its ReLU here, so that
+  its backward needs no pass of its own to mask the gradient
 
   s[c] = K + ALPHA · Σ x[c']² over c' ∈ [c − SIZE//2, c + (SIZE−1)//2] ∩ c's group,   y[c] = x[c] · s[c]^−BETA
 
-as alexnet_jax/ops/lrn.py (pass ALPHA already divided by SIZE for Caffe's α/n). Channels are P = H·W·N elements
-apart, so a program owns BLOCK consecutive positions of one group and walks down its channels, holding the last SIZE
-channels it read in registers: each element is read from DRAM once, and each window sum is added afresh from the
-registers (SIZE multiply-adds), so no rounding error or non-finite value outlives its window, as a running sum's
-would. A group's channels are split among CHUNKS programs, each reading the SIZE − 1 channels before its own
-(twice that in the backward) to fill its window: a walk of 48 channels over a grid of one or two waves left most of
-the GPU idle in its last wave. The backward recomputes s from x instead of reading denominators kept by the forward
-(cuda-convnet kept them): float32 denominators would cost more DRAM traffic than bf16 x and dy together, and the
-arithmetic is free beside it. Forward: 2 bytes per element moved each way for bf16; backward: x and dy in, dx out.
-The backward's walk (`lrn_bwd_walk`) also serves an LRN and the max-pool after it as one (lrn_pool.py), gathering
-each dy from the pool's gradient.
+as alexnet_jax/ops/lrn.py (pass ALPHA already divided by SIZE for Caffe's α/n). A program owns BLOCK consecutive
+positions of one group and walks down its channels, holding the last SIZE in registers: each element is read from
+DRAM once and each window sum is added afresh, so no rounding error or non-finite value outlives its window. A
+group's channels are split among CHUNKS programs (each reading the channels before its own) so that the grid fills
+the GPU. The backward recomputes s from x rather than keeping float32 denominators, which would move more bytes than
+bf16 x and dy; its walk (`lrn_bwd_walk`) also serves an LRN and the max-pool after it as one (lrn_pool.py).
 """
 
 import os
@@ -32,8 +27,8 @@ from triton_kernels.launch import Launch
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
 MAX_CHUNKS = 6
-# The grid a launch splits channels to reach, as measured on an H200 at AlexNet's LRNs, batch 128 and 512
-# (docs/BENCHMARKS.md; scripts/tune_kernels.py times a network's LRNs against other launches): the backward, which
+# The grid a launch splits channels to reach, tuned on one H200 at AlexNet's LRNs, batch 128 and 512
+# (docs/BENCHMARKS.md; scripts/dev/tune_kernels.py times a network's LRNs against other launches): the backward, which
 # reads twice the halo, wants fewer programs.
 FWD_PROGRAMS, BWD_PROGRAMS = 8000, 2000
 

@@ -9,10 +9,8 @@ before the windows compare it, as the pool after a separate LRN would see it. RE
 Where the two layers sit back to back (AlexNet's first two), the normalised map is the largest array of the step and
 neither pass needs it: the forward normalises each window's elements where the pool reads them, so the map is never
 written nor read back; the backward walks down the channels as lrn.py's does, gathering each element's gradient from
-the windows that chose it (pool.routed_gradient) where the LRN's backward would read it. Per element of x, the two
-layers apart move the map five more times (written, read by the pool; the pool's gradient written, read by the LRN's).
-The forward normalises an element once for each window that holds it (9 windows on 4 elements for 3×3/2): the
-powers cost arithmetic, which these memory-bound kernels have to spare.
+the windows that chose it (pool.routed_gradient). The forward normalises an element once for each window that holds
+it (9 windows on 4 elements for 3×3/2): arithmetic, which these memory-bound kernels have to spare.
 """
 
 import triton
@@ -22,9 +20,9 @@ from triton_kernels import lrn
 from triton_kernels.launch import Launch
 from triton_kernels.pool import pooled_shape
 
-# The forward's grid, as measured at AlexNet's two LRN-pools at batch 512 (docs/BENCHMARKS.md; scripts/tune_kernels.py
-# --kernels lrn_pool_fwd): lrn1's 5,832 programs of 128 outputs ran fastest unsplit (split in two, at half the speed),
-# lrn2's 1,352 split six ways.
+# The forward's grid, tuned on one H200 at AlexNet's two LRN-pools at batch 512 (docs/BENCHMARKS.md;
+# scripts/dev/tune_kernels.py --kernels lrn_pool_fwd): lrn1's 5,832 programs of 128 outputs run unsplit, lrn2's
+# 1,352 split six ways.
 FWD_PROGRAMS = 4000
 
 

@@ -1,31 +1,16 @@
-"""Decoded training images kept in device memory (config.dataset.cache='device') or in the host's
-(config.dataset.cache='host'), so that an image is decoded once per run instead of once per epoch: later epochs read
-its S×S uint8 pixels where the step runs, or copy them from the host's memory with the batch.
+"""Decoded training images kept in device memory (config.dataset.cache 'device' or 'sharded') or in the host's
+('host'), so that an image is decoded once per run instead of once per epoch. docs/data.md describes the three.
 
-Which images: the first `slots` of the training split (the cache holds what fits; the epochs' permutations make any
-subset as good as another), each in slot = its index, with its label. When: a run (re)starts with an empty cache,
-decodes every image up to the end of the first whole epoch after its start (`Rule.fill_end`, counted in rows of the
-endless sequence of shuffled epochs), writing the cacheable ones as they pass; from there on a row whose image has a
-slot comes from the cache and the host decodes only the others. Both are pure functions of (seed, step, start): the
-host's workers decide alone, a batch is the same images and labels with or without the cache, and a resumed run
-refills it.
-
-A host batch under the cache (Dataset.cached_train_batch) carries, instead of 'image' (N, S, S, 3):
-  'image' (B·K, S, S, 3) uint8: each of the batch's B row blocks (its shards over the mesh's row axes) has its own
-    decoded rows first in a block of K (K the same for all blocks, rounded up to a multiple of an eighth of a block
-    so that few shapes compile);
-  'decoded' (N,) int32: row r's position in its block's K, or −1 where it comes from the cache;
-  'index' (N,) int32: the examples (their slots);
-  'label' (N,) int32: −1 for the cached rows.
-CachedPut places it and assembles the contract's batch on the devices, writing what was decoded into the cache.
-Every device holds the whole cache (the two towers of a pair read the same images); where a batch's rows are split
-over devices, a batch that writes gathers its decoded rows over those axes first, so all copies stay equal. Sharded
-(config.dataset.cache='sharded'), the devices that split the rows hold a block of the slots each, so that together
-they hold as many times more images as there are row blocks: each step every device gathers the batch's cached rows
-that lie in its block, and one reduce-scatter over those devices hands each its own rows (every row has one
-owner, the others add zeros) — the batch's cached bytes cross between the devices once.
-HostCachedPut assembles the contract's batch in the process's memory instead, which holds the whole cache, and places
-it in parts, from several threads at once: no decoding, but the batch's bytes still cross to the devices every step.
+Which and when (`Rule`): the first `slots` images of the training split, each in slot = its index. A run (re)starts
+with an empty cache and decodes every image up to the end of the first whole epoch after its start (`fill_end`),
+writing the cacheable ones as they pass; from there on a row whose image has a slot comes from the cache. Both are
+pure functions of (seed, step, start): a batch is the same images and labels with or without the cache, and a
+resumed run refills it. A host batch under the cache (Dataset.cached_train_batch) carries 'image' (B·K, S, S, 3),
+each of its B row blocks' decoded rows first in a block of K; 'decoded' (N,) int32, a row's position in its block's
+K or −1 where it comes from the cache; 'index' (N,) int32, the slots; 'label' (N,) int32, −1 for the cached rows.
+CachedPut assembles the contract's batch on the devices and writes the decoded rows into the cache, which every
+device holds whole (all copies kept equal) or, sharded, a block of the slots each, one reduce-scatter handing each
+device its rows. HostCachedPut assembles the batch in this process's memory and places it from several threads.
 """
 
 import collections
@@ -173,8 +158,8 @@ class HostCachedPut(HostPut):
 
   def _place(self, images: np.ndarray, chunks: int):
     """The batch's images on the mesh from their `chunks` parts (the buffer holds them chunk-major), each put by a
-    copy thread, all at once, then joined on the devices: threads put pageable memory on an H200 several times
-    faster together than one alone (docs/BENCHMARKS.md, 2026-12-02)."""
+    copy thread, all at once, then joined on the devices: threads put pageable memory on a GPU several times
+    faster together than one alone (docs/BENCHMARKS.md)."""
     sharding = self.rows.sharding(4)
     if chunks == 1:
       return jax.make_array_from_process_local_data(sharding, images)

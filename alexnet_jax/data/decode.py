@@ -5,19 +5,14 @@ the paper's 256; the crop size for sets that come at it), written straight into 
 A source's examples are {'jpeg': bytes, 'label': int} (a store of S×S JPEGs) or {'image': (H, W, 3) uint8,
 'label': int} (tfds, image folders, the procedural set: sources.py). An S×S JPEG in YCbCr or grey is decoded by
 libjpeg-turbo through simplejpeg, which releases the GIL, so threads of one process decode in parallel. Anything
-else (a JPEG of another size or in CMYK, a PNG, an image already decoded) goes through PIL and
-augment.resize_center_crop: the paper's storage (shorter side S, central S×S patch), done on the fly. An example
-that neither can read is replaced by the next readable one (i+1, i+2, …, wrapping) with a warning, and counted;
-the substitute depends only on i, so a batch stays a pure function of its indices.
+else goes through PIL and augment.resize_center_crop (the paper's storage, on the fly). An example that neither can
+read is replaced by the next readable one (i+1, i+2, …, wrapping) with a warning, and counted; the substitute
+depends only on i, so a batch stays a pure function of its indices.
 
-fast_decode (config.dataset.fast_decode) switches on libjpeg-turbo's fast integer DCT and fast chroma upsampling.
-Measured on noisy 256×256 procedural JPEGs at quality 90 with 4:2:0 chroma (the usual for photos), one thread of a
-2-core Xeon: they gain 0–6 % in speed (2,567 → 2,563 and 3,801 → 4,043 images/s; scripts/bench_input.py's runs
-differ by less than their noise), while the fast DCT moves pixels by 1.0 level of 255 on average (at most 4–6) and
-fast upsampling by up to 45 levels (mean 4.8) where the chroma is busy: FAST_MEAN_ERROR and FAST_MAX_ERROR state
-the tolerance. Off, the default, simplejpeg decodes exactly PIL's pixels (both are libjpeg-turbo's accurate DCT
-and fancy upsampling), so a JPEG gets the same pixels whichever of the two paths it takes. Only PIL's path
-turns a JPEG by its EXIF orientation (sources.upright): a store's JPEGs carry none, prepare having written them upright.
+fast_decode (config.dataset.fast_decode): libjpeg-turbo's fast integer DCT and chroma upsampling, little if any
+faster (docs/BENCHMARKS.md) and off pixels by about a level of 255 (tens where the chroma is busy): FAST_MEAN_ERROR
+and FAST_MAX_ERROR state the tolerance. Off, the default, simplejpeg decodes exactly PIL's pixels, so a JPEG gets
+the same pixels whichever path it takes. Only PIL's path turns a JPEG by its EXIF orientation (sources.upright).
 """
 
 import concurrent.futures
@@ -29,7 +24,7 @@ import simplejpeg
 from alexnet_jax.data import augment, sources
 from alexnet_jax.data.sources import UNREADABLE, DataError, decode
 
-# The stated cost of fast_decode, |fast − PIL| in levels of 0..255, with room over the worst measured (4.9, 45).
+# The stated cost of fast_decode, |fast − PIL| in levels of 0..255, with room over the worst seen on busy-chroma JPEGs.
 FAST_MEAN_ERROR, FAST_MAX_ERROR = 6, 64
 SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # what libjpeg-turbo turns into RGB as PIL does; CMYK and YCCK go to PIL
 

@@ -1,10 +1,8 @@
 """Training batches onto the devices ahead of the steps that need them, from a thread of their own.
 
 The training loop only dispatches steps; while the devices run them, this thread takes the next host batches, puts
-them on the mesh (or has the devices decode them: nvdecode.py) and keeps AHEAD of them ready. Measured on 2×H200,
-paper config at batch 512 (2026-11-30): the train step alone 6.5 ms; a step after putting its 100 MB uint8 batch
-on both devices from the loop 19.5 ms; putting each device its half from this thread while the last step runs,
-7.1 ms a step.
+them on the mesh (or has the devices decode them: nvdecode.py) and keeps AHEAD of them ready. Putting a batch from
+the loop itself would stall every step for the copy; from this thread it overlaps the last step (docs/BENCHMARKS.md).
 """
 
 import collections

@@ -2,25 +2,13 @@
 host sends JPEG bytes (~23 KB an image in the paper's store) instead of pixels (196 KB), and its cores do not decode.
 
 The host's batch comes from decode.Decoder.jpeg_batch: the JPEG of every row that nvJPEG can decode to the host
-decoder's pixels (an S×S colour JPEG), the pixels of the rows that the host decoded (config.dataset.host_share of
-them, and any other image). Each device has a decoding process of its own: nvImageCodec (batched nvJPEG on the GPU's
-hardware JPEG engines, with CUDA and CPU fallbacks that it picks) decodes that device's rows, read from shared
-memory, into a device buffer of that process, which this process maps (CUDA IPC) and copies into one of SLOTS batch
-buffers that JAX allocated; the host's rows go over as one array and a copy that JAX owns, with them scattered in,
-becomes the device's block of the batch. Each process holds IN_FLIGHT batches (halves of its buffers): it decodes
-the next while this process collects the last. A batch buffer is written again only after its copy has run, so no
-step can read a buffer while it is rewritten. Why processes: in the training process, nvImageCodec's host-side work
-per image shared one interpreter with the loop (two H200s decoded 17,127 images/s for training); a process per GPU
-decoded 63,776 images/s with both GPUs at once (2026-11-30, docs/BENCHMARKS.md). But beside a training step the GPU
-decodes little either way: a process per GPU 10,900 images/s for both (75,000 alone), the step 21 % slower (the GPU
-time-slices the two processes' CUDA contexts); threads of the training process 2,200–8,400 per GPU (2026-12-01).
-A row that nvJPEG fails to decode is decoded by the host decoder, which also substitutes and counts an unreadable
-image, as it would have on the host.
-
-On CPU devices (tests) the same processes decode with nvImageCodec's libjpeg-turbo backend into shared host
-memory: the same pixels as decode.Decoder's, exactly. On the GPU nvJPEG's IDCT differs from libjpeg-turbo's by at
-most one level of 255 (mean 4e-6 over 256 store images; 2026-11-30, H200), so a batch is a pure function of (seed,
-step) for each decoder, and the two decoders' batches differ by that much.
+decoder's pixels, the pixels of the others (config.dataset.host_share of them, and any other image). Each device has
+a decoding process of its own, so that nvImageCodec's host-side work does not share the training loop's interpreter;
+it decodes into a buffer that this process maps (CUDA IPC) and copies into one of SLOTS batch buffers, written again
+only after its copy has run, so no step reads a buffer while it is rewritten. A row that nvJPEG fails to decode is
+decoded by the host decoder. On CPU devices (tests) the processes decode with libjpeg-turbo, exactly
+decode.Decoder's pixels; on a GPU nvJPEG's IDCT differs by at most one level of 255, so a batch is a pure function
+of (seed, step) for each decoder. docs/data.md has the rest.
 """
 
 import collections
@@ -47,7 +35,7 @@ from alexnet_jax.data.sources import DataError
 
 SLOTS = 3  # batch buffers per device: one being written while steps read the copies of the others
 # nvImageCodec's CPU threads in each decoding process: its host-side share (parsing; Huffman decoding for what
-# it sends to its hybrid backend) took 0.037 CPU-s per 1,000 images with 8 (2×H200, 2026-11-30).
+# it sends to its hybrid backend) is light with 8 (tuned on 2×H200, docs/BENCHMARKS.md).
 THREADS = 8
 START_S = 300  # a decoding process not started by then (imports, CUDA context, decoder) is reported as failed
 
@@ -235,7 +223,8 @@ class _Device:
 
   def finish(self, rows: np.ndarray, images: np.ndarray, half: int) -> jax.Array:
     """This device's block: the rows decoded into `half`, with the host's `images` at `rows`. Those go over as one
-    array and are scattered on the device: a copy per 196 KB row from pageable memory cost ~0.1 ms each."""
+    array and are scattered on the device: a copy per 196 KB row from pageable memory pays a transfer's overhead
+    each."""
     block_bytes = self.count * self.row_bytes
     if self.ordinal is None:
       block = self.pixels.array[half * block_bytes:][:block_bytes].reshape(self.count, self.size, self.size, 3)

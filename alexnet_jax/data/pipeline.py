@@ -1,29 +1,18 @@
 """The input pipeline: Grain over random-access sources (sources.py), decoded on the CPU to the paper's fixed-size
 images (decode.py); the device crops, flips and shifts them (device_augment.py) by the draws made here (augment.py).
 
-Why Grain over `tfds.data_source` rather than tf.data: it needs no TensorFlow (a 600 MB install that pins its own
-numpy and protobuf beside jax), every transformation is numpy/PIL code that a reader can step through, and its
-`MapDataset` is indexable — `train_batches(...)[step]` is the batch of training step `step`, a pure function of
-(seed, step) however many threads or processes compute it. That makes order deterministic and resume exact: the
-iterator's state, saved with each checkpoint, is the index of the next batch.
-
-The batch contract, the same for every dataset (S = dataset.resize, 256 as the paper stored ImageNet; the crop size
-for the procedural set, whose images are never cropped, flipped or shifted):
-  training: 'image' (N, S, S, 3) uint8, the stored images; 'offset' (N, 2) int32, each crop's (top, left) in
-    [0, S - image_size]; 'flip' (N,) bool, mirror the crop; 'shift' (N, 3) float32, the PCA colour shift in [0, 1]
-    units; 'label' (N,) int32. It comes as (batch, skipped): the number of unreadable images passed over is for
-    the host's metrics and stays off the device.
-  evaluation: 'image' (N, S, S, 3) uint8, 'label' (N,) int32, 'mask' (N,) bool, False on the padding that fills
-    the last batch and on an unreadable example's row; 'unreadable', how many of those the batch holds (for the
-    host); the device takes the centre crop or the paper's 10 crops (training/train.py's eval_step).
-Crop, flip and shift are drawn for each global batch from (seed, step), as Grain's random_map seeds it; the host
-only decodes, and sends S×S uint8 (a quarter of float32's bytes), or, where the devices decode (decoder 'gpu'), the
-JPEG bytes in place of 'image' (decode.Decoder.jpeg_batch), or, under a cache (dataset.cache 'device' or 'host'),
-only the rows the cache does not hold (cache.py's layout, which cache.CachedPut or HostCachedPut turns into this
-contract). The device
-applies the draws and normalises with the dataset's mean and std (training.train.model_input). Images are NHWC at
-this boundary, the convention every image source uses; train.logits_fn transposes them to CHWN, the layout of the
-kernels.
+Grain over `tfds.data_source` rather than tf.data: no TensorFlow install, numpy/PIL code a reader can step through,
+and an indexable `MapDataset`: `train_batches(...)[step]` is a pure function of (seed, step), so order is
+deterministic and resume exact (a checkpoint saves the next batch's index). docs/data.md has the whole pipeline.
+The batch contract (S = dataset.resize, 256 as the paper stored ImageNet; the crop size for the procedural set),
+NHWC at this boundary (train.logits_fn transposes to the kernels' CHWN):
+  training: 'image' (N, S, S, 3) uint8; 'offset' (N, 2) int32, each crop's (top, left) in [0, S - image_size];
+    'flip' (N,) bool; 'shift' (N, 3) float32, the PCA colour shift; 'label' (N,) int32; as (batch, skipped), the
+    count of unreadable images passed over staying on the host.
+  evaluation: 'image', 'label', 'mask' (N,) bool (False on the last batch's padding and on unreadable rows) and
+    'unreadable' (their count, for the host).
+The draws come from (seed, step); the host only decodes and sends S×S uint8, or the JPEG bytes where the devices
+decode (decode.Decoder.jpeg_batch), or under a cache only the rows it does not hold (cache.py).
 """
 
 import dataclasses
@@ -252,11 +241,9 @@ def make_dataset(config, train, test, classes: tuple[str, ...], statistics: Stat
 
 
 def _decoder(choice: str) -> str:
-  """config.dataset.decoder with 'auto' resolved to the faster: on 2×H200 and their 32-core host, the host's
-  libjpeg-turbo in 16 worker processes fed training 33,768–34,749 images/s from the paper's store, the devices'
-  nvImageCodec, a process per device, 27,828–41,398 (2026-11-30 and 12-01, scripts/bench_end_to_end.py;
-  docs/BENCHMARKS.md): no faster within the runs' spread, and a GPU that trains decodes little beside it (10,900
-  images/s for both, 75,000 alone), so the host, which every machine has, decodes."""
+  """config.dataset.decoder with 'auto' resolved to 'cpu': the devices' nvImageCodec fed training no faster than the
+  host's libjpeg-turbo within the runs' spread (scripts/dev/bench_end_to_end.py; docs/BENCHMARKS.md), and a GPU that
+  trains decodes little beside it, so the host, which every machine has, decodes."""
   if choice == "auto":
     return "cpu"
   if choice == "gpu":

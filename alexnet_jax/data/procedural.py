@@ -1,27 +1,15 @@
-"""A built-in, procedurally generated 10-class image dataset for the CPU demo.
+"""A built-in, procedurally generated 10-class image dataset for the CPU demo: every example is drawn on demand from
+(seed, split, index), so the demo trains anywhere, with no download.
 
-No download and no network: every example is drawn on demand from
-(seed, split, index), so the demo can train anywhere.
-
-The classes are the product of two independent factors, chosen so that a
-model needs *both* kinds of feature that AlexNet's two towers famously
-specialised in (one tower learned grey edge/texture filters, the other
-colour blobs):
-
-* orientation, a luminance feature: a grey (equal-RGB) sinusoidal grating
- whose stripes run at 0 (horizontal), 36, 72, 108 or 144 degrees
- anticlockwise (+-6 degrees jitter), with random phase, spatial frequency,
- contrast and extent;
-* colour, a chrominance feature: one or two blobs whose hue comes from a
- "warm" family (red..yellow) or a "cool" one (cyan..blue).
-
-Label = 2 * orientation + colour family, so a colour-only model can reach at
-most ~20% (five orientations left to guess) and an orientation-only one at
-most ~50%; only a model that uses both can approach 100%.
-
-Distractors carry no label information, so neither factor is a trivial
-global statistic: a grey blob of random brightness, a blob of off-family hue
-(green or purple), random background level, tint and luminance ramp, and
+The classes are the product of two independent factors, so that a model needs *both* kinds of feature that AlexNet's
+two towers specialised in (grey edge/texture filters in one, colour blobs in the other):
+* orientation, a luminance feature: a grey (equal-RGB) sinusoidal grating at 0 (horizontal), 36, 72, 108 or 144
+  degrees anticlockwise (±6 degrees jitter), with random phase, spatial frequency, contrast and extent;
+* colour, a chrominance feature: one or two blobs whose hue comes from a "warm" family (red..yellow) or a "cool" one
+  (cyan..blue).
+Label = 2 * orientation + colour family, so a colour-only model can reach at most ~20% and an orientation-only one
+~50%. Distractors carry no label information, so neither factor is a trivial global statistic: a grey blob of random
+brightness, a blob of off-family hue (green or purple), random background level, tint and luminance ramp, and
 per-pixel colour noise.
 """
 

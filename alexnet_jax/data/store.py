@@ -1,21 +1,15 @@
 """The paper's storage: every image once at size×size as a JPEG, with its label, in array_record shards that Grain
 reads by index. data/prepare.py writes a store (`make prepare … --store=OUT`); training opens its splits here.
 
-A store is a directory OUT:
-  OUT/<split>-NNNNN-of-MMMMM.array_record  shard k (from 0) of the split's M, five digits each. Written with the
-      options 'group_size:1,uncompressed': one record per chunk, so reading image i reads only image i, and no
-      compression (JPEG does not compress further; it would only cost time). Each record is one image: a 4-byte
-      header, the label as a little-endian int32, then the JPEG's bytes. Shard k holds the readable images among
-      source indices [k·S, (k+1)·S) (S = shard_size) in source order, so a split's index i is the source's i-th
-      readable image.
-  OUT/parts/<split>-NNNNN-of-MMMMM.json  each shard's record count, digest (shard_digest), left-out images and the
-      settings it was written with: what a rerun reads to skip the shards that are complete.
-  OUT/manifest.json  written last, so its presence says the store is finished: the settings (format, version,
-      source, size, quality, jpeg, resize, shard_size, classes, num_classes) and, per split, count, shards, bytes on
-      disk, digests (each shard's shard_digest, checked when the split is opened; stores written before it have
-      none and are read unchecked) and left_out ([{index, error}] of the source images that could not be decoded).
-No file names a path: a store can be moved or renamed whole. Every file is written under a temporary name and
-renamed when complete.
+A store is a directory OUT (no file names a path, so it moves whole; every file is written under a temporary name and
+renamed when complete):
+  OUT/<split>-NNNNN-of-MMMMM.array_record  shard k (from 0) of M, written 'group_size:1,uncompressed' so that
+      reading image i reads only image i. A record: a 4-byte header, the label as a little-endian int32, the JPEG.
+      Shard k holds the readable images among source indices [k·S, (k+1)·S) (S = shard_size), in source order.
+  OUT/parts/<split>-NNNNN-of-MMMMM.json  each shard's record count, digest (shard_digest), left-out images and
+      settings: what a rerun reads to skip the shards that are complete.
+  OUT/manifest.json  written last, so its presence says the store is finished: the settings and, per split, count,
+      shards, bytes, digests (checked when the split is opened; older stores have none) and left_out.
 """
 
 import hashlib

@@ -1,4 +1,4 @@
-"""The kernels' checks at AlexNet's shapes (or any table's), shared by scripts/verify_kernels.py and
+"""The kernels' checks at AlexNet's shapes (or any table's), shared by scripts/dev/verify_kernels.py and
 tests/test_gpu_*.py.
 
 Each op of each layer (one tower's share) runs forward and backward through `ops` with a kernel backend, in

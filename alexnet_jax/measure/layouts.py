@@ -1,5 +1,5 @@
 """What XLA made of a compiled step, read from its HLO text: the convolutions' dtypes, the transposes and copies
-that move data between layouts, the scatters. scripts/hlo_census.py prints it per benchmark system."""
+that move data between layouts, the scatters. scripts/dev/hlo_census.py prints it per benchmark system."""
 
 import collections
 import math

@@ -181,8 +181,8 @@ class Network(nn.Module):
     out = layer.filters // self.table.towers // (self._slices() if p.weights == SLICES else 1)
     kernel, bias = self._weights(p, (p.towers, x.shape[0], out))
     # The towers as a batch of GEMMs, outputs stacked: their weights side by side as one matrix would be a transposed
-    # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, 0.05 ms at batch 512, and again in
-    # the backward pass), where the outputs are a few MB.
+    # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, and again in the backward pass),
+    # where the outputs are a few MB.
     return ops.dense(x, kernel, bias, relu=layer.relu, backend=self.backend)
 
   def _fc_sum(self, p: LayerPlan, x):

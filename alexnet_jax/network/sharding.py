@@ -87,7 +87,7 @@ def sharded_apply(net: Network, mesh):
   `net` is the module with all towers local; inside the shard_map it is rebuilt for the device's share, the mesh
   axes `manual_axes` names manual. Backend 'auto' chooses for
   the whole network, outside the shard_map (ops.backend.by_platform): inside it, XLA's SPMD pipeline keeps the
-  per-op choices until after it has chosen layouts, and XLA:CPU then ran convolutions in CHWN, 4× slower.
+  per-op choices until after it has chosen layouts, and XLA:CPU then ran convolutions in CHWN, several times slower.
   """
   plan = mesh_plan(net, mesh)
   manual = manual_axes(mesh, net.backend)

@@ -1,25 +1,17 @@
 """Networks as data: layer tables in the spirit of cuda-convnet's layer definition files.
 
 A `Table` is a tuple of `Layer`s applied in order and the number of towers (the paper's two GPUs) they are split
-over. Every layer with weights gives each tower `filters / towers` outputs and reads either its own tower's maps
-(`inputs='tower'`, no communication) or every tower's maps (`inputs='all'`, the cross-device layers). A layer with
-`split='sum'` is cuda-convnet's fc layer with one input per tower: each tower multiplies its own inputs by its own
-rows of the weight matrix, and the partial outputs are summed across towers (one bias for the whole layer). An LRN
-layer carries its constants as cuda-convnet2's `[rnorm]` section does: window `size`, `k`, `alpha`, `beta`, and
-whether α is divided by the window size.
+over. Every layer with weights gives each tower `filters / towers` outputs and reads its own tower's maps
+(`inputs='tower'`) or every tower's (`inputs='all'`, the cross-device layers); `split='sum'` is cuda-convnet's fc
+layer with one input per tower, the towers' partial outputs summed (one bias). An LRN layer carries its constants as
+cuda-convnet2's `[rnorm]` section does.
 
-Each layer also says where its work lies on a (data, model) mesh (`place`, in the spirit of cuda-convnet2's
-per-layer cfg): 'tower' spreads its towers over 'model' and the batch over 'data' (the paper); 'data' keeps every
-weight whole on every device and splits the batch over all of them (data parallelism); 'model' (fc layers and their
-dropout) splits each weight matrix over 'model' by output features, or by input rows for a split='sum' layer, and
-the batch over 'data' (the fc half of Krizhevsky's "one weird trick", 2014). 'data' layers come first: where the
-first other layer starts, the batch is gathered over 'model'. `with_places` places layers one by one, `with_strategy`
-a whole table by a named strategy: tower, data, or hybrid (convolutions 'data', fc layers 'model'); what each
-placement moves between devices is decided in placement.py.
-
-A new network is a new table: a builder registered under a name with `@register("name")`, here or in the config file
-that sets `config.network` to that name. Here are the paper's AlexNet and what came after it on the same layers:
-ZFNet, VGG-11 and VGG-16, one tower each, as their authors trained them.
+Each layer's `place` says where its work lies on a (data, model) mesh: 'tower' spreads the towers over 'model' and
+the batch over 'data' (the paper); 'data' keeps weights whole and splits the batch over all devices; 'model' splits
+an fc layer's weights over 'model' (the fc half of Krizhevsky's "one weird trick"). 'data' layers come first.
+`with_places` places layers one by one, `with_strategy` a whole table (tower, data or hybrid); placement.py decides
+what each placement moves between devices (docs/parallelism.md). A new network is a builder registered with
+`@register("name")`, here or in a config file; here are AlexNet, ZFNet, VGG-11 and VGG-16.
 """
 
 import dataclasses

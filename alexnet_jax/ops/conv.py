@@ -42,8 +42,8 @@ def _out_shape(x_shape, w_shape, stride, padding):
   return f, out_size(h, kh, stride, padding), out_size(w, kw, stride, padding), n
 
 
-# `tiles` (a triton_kernels.conv.Tiles) overrides the kernel's tiles: scripts/tune_kernels.py binds the primitives with
-# it; the ops leave it out and get the tuned table's.
+# `tiles` (a triton_kernels.conv.Tiles) overrides the kernel's tiles: scripts/dev/tune_kernels.py binds the primitives
+# with it; the ops leave it out and get the tuned table's.
 def _fwd_launch(x, w, b, *, stride, padding, groups, relu, has_bias, precision, tiles=None):
   return triton_kernels().conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias,
                                                x.dtype.name, precision, tiles=tiles)

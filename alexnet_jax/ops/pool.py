@@ -3,8 +3,8 @@
 Both paths keep, per output, the position of its maximum inside the window (int8, the first maximum on ties, as
 XLA's own gradient does; ties are common after ReLU). The kernel's backward pass then gathers, for each input, the
 gradients of the windows that picked it, so overlapping windows add without atomics; the XLA reference's routes
-each window offset's gradients with a strided pad, one fusion, where XLA's own gradient is a select-and-scatter (a
-2.6 ms scatter fusion in a profile of an H200's AlexNet step at batch 256).
+each window offset's gradients with a strided pad, one fusion, where XLA's own gradient is a select-and-scatter, a
+slow scatter fusion on a GPU (docs/BENCHMARKS.md).
 """
 
 import functools
@@ -82,7 +82,7 @@ def pooled_outputs(x, size, stride):
 
 def _fwd_launch(x, *, size, stride, relu=False, launch=()):
   """launch: (name, value) pairs overriding the kernel's launch rule (per_thread, num_warps), as
-  scripts/tune_kernels.py times them; the network passes none."""
+  scripts/dev/tune_kernels.py times them; the network passes none."""
   return triton_kernels().pool.max_pool_fwd_launch(x.shape, size, stride, x.dtype.name, relu, **dict(launch))
 
 

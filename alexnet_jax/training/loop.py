@@ -259,9 +259,8 @@ def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
 
 def input_workers(config) -> int:
   """config.dataset.workers, with -1 resolved: none on CPU (XLA's compute needs the cores), else a process per 2
-  cores. Measured on the 32-core host of 2×H200 (2026-11-30, the paper's store, batch 512, the training loop's input
-  path; docs/BENCHMARKS.md): 16 processes of 4 threads fed 37,236 images/s, 24 of 2 34,214, 8 of 16 24,925, one
-  process of 32 threads 5,191."""
+  cores, which fed training fastest of the splits of a 32-core host into processes and threads tried
+  (docs/BENCHMARKS.md)."""
   if config.dataset.workers >= 0:
     return config.dataset.workers
   return 0 if jax.default_backend() == "cpu" else max(1, (os.cpu_count() or 4) // 2)

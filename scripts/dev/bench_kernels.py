@@ -1,14 +1,13 @@
 """Times our Triton kernels against XLA's own convolution (cuDNN) per AlexNet layer, on one GPU.
 
-  python scripts/bench_kernels.py [--batch 128] [--dtype bfloat16] [--backend triton] [--json OUT.json]
+  python scripts/dev/bench_kernels.py [--batch 128] [--dtype bfloat16] [--backend triton] [--json OUT.json]
 
-For each conv layer (one tower's share, batch 128): forward, data gradient and filter gradient of
-kernel_backend='triton' (CHWN) against XLA in NHWC and in CHWN; for pools and LRNs, forward and backward against
-XLA's CHWN reference, the backward alone (the forward's residuals are its inputs). Each function is jitted and
-called 20 times back to back on random non-zero data after a warm-up; the time per call is the median over 7 such
-rounds. Reports TFLOP/s for convolutions, GB/s for the rest (the bytes our kernel reads and writes, each once:
-`kernel_bytes`), the ratio of XLA's time to ours, and the temporary memory each compiled function asks for beyond its
-inputs and outputs (our direct convolutions need none: no im2col buffer). Prints a table; writes JSON.
+For each conv layer (one tower's share): forward, data and filter gradient of kernel_backend='triton' (CHWN) against
+XLA in NHWC and in CHWN; for pools and LRNs, forward and backward against XLA's CHWN reference. Each function is
+jitted and called 20 times back to back on random non-zero data after a warm-up; a call's time is the median over 7
+such rounds. Reports TFLOP/s for convolutions, GB/s for the rest (`kernel_bytes`: what our kernel reads and writes,
+each once), the ratio of XLA's time to ours, and the temporary memory each compiled function asks for beyond its
+inputs and outputs (our direct convolutions need no im2col buffer). Prints a table; writes JSON.
 """
 
 import functools

@@ -1,25 +1,18 @@
-"""Chooses the kernels' launch parameters by timing them on the GPU: the conv kernels' tiles per layer (the table
-`TUNED` of triton_kernels/conv_tiles.py), and for the LRN and pool kernels, which run by a rule, how far each layer
-is from the best of a grid of launches (what the rules' constants in triton_kernels/lrn.py and pool.py are to be
-checked against on another GPU or network).
+"""Chooses the kernels' launch parameters by timing them on the GPU: the conv kernels' tiles per layer (`TUNED` in
+triton_kernels/conv_tiles.py), and for the LRN and pool kernels, which launch by a rule, how far each layer is from
+the best of a grid of launches (what the rules' constants are to be checked against on another GPU or network).
 
-  python scripts/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
+  python scripts/dev/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd,lrn_pool_fwd,lrn_pool_bwd] [--layers conv1,lrn1]
       [--placements split,one] [--wgrad_columns 8192,16384] [--json OUT.json]
 
-Every conv, LRN and pool layer of the config's network as a device runs it: in the paper's split (`split`: one
-tower, a device each) and with every tower on one device (`one`: grouped convolution, LRN per tower), once per
-distinct key (kernel, batch, per-group geometry and groups). For each, every candidate (the rule first: conv tiles of
-`candidates`, LRN positions per program × channel chunks, pool outputs per thread × warps) is compiled, run on
-random operands, checked against the rule's result (max error ≤ 2^-6 of its largest element, else the candidate is
-refused) and timed: --calls calls back to back in one compiled program (`chained`), the median of --rounds rounds.
-Workers compile in parallel; a lock lets one of them at a time run on the GPU. The data gradient of a network's
-first layer (the image's) is never computed, so it is not tuned.
-
-Prints per kernel and key the rule's time, the table's now (conv), the best and its parameters, then the conv
-`TUNED` entries to put in triton_kernels/conv_tiles.py; writes every candidate's row as JSON, after each one (a run
-cut short keeps what it measured). `--mode interpret` runs the same on a CPU, under the Triton interpreter: the
-plumbing, not times.
+Every conv, LRN and pool layer of the config's network as a device runs it (`split`: one tower a device; `one`: every
+tower on one device), once per distinct key. Each candidate (the rule's first) is compiled, checked against the
+rule's result (max error ≤ 2^-6 of its largest element, else refused) and timed: --calls calls chained in one
+compiled program (`chained`), the median of --rounds rounds. Workers compile in parallel; one at a time runs on the
+GPU. Prints per key the rule's time, the table's, the best and its parameters, then the `TUNED` entries to paste;
+writes every candidate's row as JSON as it goes (a run cut short keeps what it measured). `--mode interpret` runs
+the same on a CPU under the Triton interpreter: the plumbing, not times.
 """
 
 import json

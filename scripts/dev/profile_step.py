@@ -1,17 +1,16 @@
 """Where a train step's time goes: a per-kernel table of traced steps, grouped by layer, pass and kind of op.
 
-  python scripts/profile_step.py --config configs/alexnet_2gpu.py [--config.key=value …] [--system triton:split]
+  python scripts/dev/profile_step.py --config configs/alexnet_2gpu.py [--config.key=value …] [--system triton:split]
       [--steps 10] [--trace_dir DIR] [--top 40] [--json OUT.json]
 
-Builds the system's step as scripts/benchmark.py does (alexnet_jax/systems.py; the config's dtype and batch size),
-times --steps steps back to back untraced, then traces as many under `jax.profiler.trace(create_perfetto_trace=True)`
-and reads the Perfetto JSON it writes (alexnet_jax/kernel_times.py): every kernel (GPU) or thunk (CPU) of the
-device's work, named by the compiled HLO op it runs, grouped by layer (from its op_name path), pass (forward, or
-backward: the op_name's transpose) and kind (our Triton kernels, XLA fusions, GEMMs, convolutions, copies, NCCL
-collectives, memcpys). Per device: busy time per step (the union of its kernels), wall time per step (first kernel to
-last over the traced steps, gaps included) and the kernels' sum (above busy where kernels overlap). The trace stays
-in --trace_dir (default: a fresh temporary folder, printed) for Perfetto or TensorBoard. Prints the tables for
---device (default the first); writes every device's as JSON.
+Builds the system's step as scripts/benchmark.py does (alexnet_jax/measure/systems.py), times --steps steps back to
+back untraced, then traces as many under jax.profiler and reads the Perfetto JSON it writes
+(alexnet_jax/measure/kernel_times.py): every kernel (GPU) or thunk (CPU), named by the HLO op it runs, grouped by
+layer, pass (forward or backward) and kind (our Triton kernels, XLA fusions, GEMMs, convolutions, copies,
+collectives, memcpys). Per device: busy time per step (the union of its kernels), wall time per step and the
+kernels' sum (above busy where kernels overlap). The trace stays in --trace_dir (default a fresh temporary folder,
+printed) for Perfetto or TensorBoard. Prints the tables for --device (default the first); writes every device's as
+JSON.
 """
 
 import json

@@ -1,16 +1,14 @@
 """What XLA made of a system's train step: its convolutions' dtypes, the layout changes it put between ops, scatters.
 
-  python scripts/hlo_census.py --config configs/alexnet_1gpu.py [--config.key=value …]
+  python scripts/dev/hlo_census.py --config configs/alexnet_1gpu.py [--config.key=value …]
       [--systems xla:one,plain:one] [--min_bytes 65536] [--json OUT.json]
 
-Compiles each system's step as scripts/benchmark.py does (alexnet_jax/systems.py; the config's dtype and batch) and
-reads the compiled HLO, fused computations included: every convolution (cuDNN's custom calls on a GPU) by its
-operand and result dtypes — a bfloat16 step whose convolutions are float32 runs them on TF32 or FFT kernels (XLA:CPU
-runs every bfloat16 convolution in float32) — every
-transpose and layout-changing copy of at least --min_bytes, by layer and pass (what XLA's layout assignment could
-not avoid: on a GPU, NHWC↔NCHW around the convolutions), and every scatter (select-and-scatter is max-pool's own
-gradient; the loss's gradient of its labels' logits is one too). For `kernel_backend=xla` against `plain`:
-the same convolution dtypes, no more layout changes and no scatter from the pools. Prints a table; writes JSON.
+Compiles each system's step as scripts/benchmark.py does (alexnet_jax/measure/systems.py) and reads the compiled
+HLO, fusions included: every convolution by its operand and result dtypes (a bfloat16 step whose convolutions are
+float32 runs them on TF32 or FFT kernels; XLA:CPU runs every bfloat16 convolution in float32), every transpose and
+layout-changing copy of at least --min_bytes by layer and pass (what XLA's layout assignment could not avoid), and
+every scatter (max-pool's gradient; the loss's gradient of its labels' logits). For kernel_backend=xla against
+plain: the same convolution dtypes, no more layout changes, no scatter from the pools. Prints a table; writes JSON.
 """
 
 import json

@@ -1,20 +1,15 @@
-"""Images per second of the training input pipeline (decode to the stored S×S images, the crop, flip and PCA
-draws, batch; the device crops, flips, shifts and normalises) on this machine's cores, how many host cores keep a
+"""Images per second of the training input pipeline on this machine's cores (decode to the stored S×S images, the
+crop, flip and PCA draws, batch; the device's crops, flips, shifts and normalisation), how many host cores keep a
 GPU pair fed, and the CPU decoder of fixed-size JPEGs alone:
 
-  python scripts/bench_input.py [--folder ROOT] [--images 512] [--threads 1,2,4] [--workers 0,2] [--json OUT]
+  python scripts/dev/bench_input.py [--folder ROOT] [--images 512] [--threads 1,2,4] [--workers 0,2] [--json OUT]
 
-Without --folder it writes an ImageNet-like folder first: JPEGs (quality 90) of the built-in procedural images at
-the sizes ImageNet's training photos commonly have (shorter side 300–400, aspect 4:3 to 3:2), with noise
-that gives them ImageNet's typical file size (~110 KB). Each setting reads
-the same batches from a fresh iterator; the batches made during start-up are not timed. The stages are also timed alone
-on one core, so the cost per image is visible. cores needed = model images/s ÷ (pipeline images/s per core).
-
-The decoder section: --jpegs 256×256 JPEGs at quality 90 (the paper's storage of the same kind of images, held in
-memory as a store gives them), decoded a batch at a time into one (N, 256, 256, 3) buffer by decode.Decoder with
+Without --folder it first writes an ImageNet-like folder: JPEGs of the procedural images at the sizes and file sizes
+ImageNet's training photos commonly have. Each setting reads the same batches from a fresh iterator, the start-up
+batches untimed; each stage is also timed alone on one core: cores needed = model images/s ÷ pipeline images/s per
+core. The decoder section decodes --jpegs 256×256 JPEGs (a store's kind) a batch at a time with decode.Decoder on
 1…--decode_threads threads, with and without libjpeg-turbo's fast DCT and upsampling, against PIL on one thread;
-per core = images/s ÷ the cores the threads can use. The same images also go through the whole pipeline ('store'
-rows: draws, decode, batch).
+the 'store' rows put the same images through the whole pipeline.
 """
 
 import argparse

@@ -1,34 +1,18 @@
-"""Training on a store, end to end, against the same step on synthetic data, on the devices present:
+"""Training on a store, end to end, against the same step on synthetic data, on the devices present: how much of
+the step's speed the input path keeps, and where its time goes.
 
-  python scripts/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
+  python scripts/dev/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
       [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--decoder_seconds 3]
       [--cache 1,0.5,host:0.5] [--json OUT.json]
 
-The config's network, mesh, batch size, dtype and kernels (e.g. --config.dtype=bfloat16 --config.batch_size=512 for
-the figures in docs/BENCHMARKS.md) over the store; on a single device both towers train on it (mesh.model 1).
-Rows, all in one process and one compiled step:
-  synthetic   the step on a batch of random S×S images already on the devices, steps back to back;
-  decoders    for each of nvImageCodec's backend choices in --decoder_rows (config.dataset.gpu_backends),
-              nvdecode.DeviceDecoder on the store's first batch over and over, two batches in flight as the feed
-              runs it: images/s of all devices together, per device (each decodes its own rows at the same time)
-              and how busy its processes were; then the same from a thread while the synthetic step runs with at
-              most AHEAD steps queued, as in training: the decoder's images/s and the step's, against the step's
-              alone so run;
-  host        for each setting decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone
-              (Grain over the store with `workers` worker processes of `threads` threads:
-              bench_input.pipeline_rate);
-  end to end  the training loop's input path as train.py runs it (those host batches, data.feed.Feed putting or
-              decoding them from its thread, steps back to back); images/s, the ratio to synthetic, and where the
-              feed's thread spent the time: waiting for host batches, putting them, waiting for the loop; where
-              the devices decode, the decoder's too (nvdecode.DeviceDecoder.seconds, shares of the time).
-  cache       for each fraction f in --cache, the first setting's host path with the device cache holding f of the
-              store (data/cache.py; 'sharded:f' split over the devices that split the batch's rows, 'host:f' the
-              host cache): the first epoch (the host decodes every image, the cache fills) and the epochs after
-              it (the host decodes the 1 − f not cached), against the model
-              min(synthetic, host alone ÷ (1 − f)), and where the feed's thread spent the later epochs' time; and
-              how many images of ImageNet's 1,281,167 the device cache would hold on this device beside the step
-              (config.dataset.cache_bytes 0).
-The end-to-end rows time `--steps` steps after the batches built ahead during start-up have been used up.
+The config's network, mesh, batch size, dtype and kernels over the store, in one process and one compiled step.
+Rows: synthetic (the step on random images already on the devices); decoders (nvdecode.DeviceDecoder for each
+backend choice in --decoder_rows, alone and beside the step); host (for each --settings entry
+decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: bench_input.pipeline_rate); end to end
+(the input path as train.py runs it: images/s, the ratio to synthetic, where the feed's thread spent its time);
+cache (for each fraction f in --cache, 'sharded:f' or 'host:f', the first epoch and the later ones against
+min(synthetic, host alone ÷ (1 − f)), and how many ImageNet images the device cache would hold). The end-to-end rows
+time --steps steps after the batches built ahead during start-up are used up.
 """
 
 import collections
@@ -41,7 +25,7 @@ import time
 import jax
 import numpy as np
 from absl import flags
-from bench_input import pipeline_rate  # scripts/, beside this file
+from bench_input import pipeline_rate  # scripts/dev/, beside this file
 
 from alexnet_jax import cli
 from alexnet_jax.config import GPU_BACKENDS, apply_process_settings

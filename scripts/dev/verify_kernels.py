@@ -1,15 +1,13 @@
 """Checks the Triton kernels on a GPU through the JAX primitives (kernel_backend='triton') against float64.
 
-  python scripts/verify_kernels.py [--batch 128] [--backend triton] [--json OUT.json] [--skip_model]
+  python scripts/dev/verify_kernels.py [--batch 128] [--backend triton] [--json OUT.json] [--skip_model]
       [--config configs/alexnet_2gpu.py --config.key=value …]
 
-For every layer shape of the config's network at its image_size (one tower's share; AlexNet's without --config):
-conv forward, data and filter gradient, max-pool and LRN forward and backward, in bfloat16 and float32 (float32
-with tf32 tensor cores, JAX's default, and with 'highest' = exact float32 products), error ‖out − ref‖/‖ref‖
-against XLA in float64 rounded to the output's dtype (alexnet_jax/kernel_checks.py: the cases, and why the bfloat16
-bound is 2^-8). Then the whole model's train step on
-the devices present (the config's, default the paper's two towers in bfloat16, its model axis cut to the devices
-present) with the kernel backend against 'xla'. Prints a table; writes JSON; exits non-zero when a bound is missed
+For every layer shape of the config's network (one tower's share; AlexNet's without --config): conv forward, data
+and filter gradient, max-pool and LRN forward and backward, in bfloat16 and float32 (with tf32 and with 'highest'
+precision), error ‖out − ref‖/‖ref‖ against XLA in float64 rounded to the output's dtype
+(alexnet_jax/measure/kernel_checks.py: the cases, and why these bounds). Then the model's train step on the devices
+present with the kernel backend against 'xla'. Prints a table; writes JSON; exits non-zero when a bound is missed
 (bf16 ≤ 2^-8, tf32 ≤ 5e-3, float32 ≤ 1e-3; the step's loss within 1 %, its update within 5e-2).
 tests/test_gpu_kernels.py runs the same kernel checks under pytest.
 """
