@@ -1,6 +1,6 @@
 """Runs of two processes on 127.0.0.1 (CPU devices, gloo collectives), one device each, through the documented
-launch line, stopped by a signal to one process and resumed by two: the paper's tower split, and pmap's data
-parallelism resumed as the hybrid. Each ends at the parameters of an uninterrupted process with two devices (every
+launch line, stopped by a signal to one process: the paper's tower split, resumed by one process, and pmap's data
+parallelism, resumed by two as the hybrid. Each ends at the parameters of an uninterrupted process with two devices (every
 strategy computes the same function: the tower run stands for all), metrics written once, every evaluation example
 counted once, and pictures of filters held on the other process. The network is the paper's kinds of layer at their smallest
 (a conv reading across towers, LRN, dropout, fc layers gathered and summed), so that each process compiles in
@@ -135,15 +135,16 @@ def stopped_by_a_signal_to_one_process(config_file: str, strategy: str, workdir:
   return step
 
 
-def test_the_paper_s_tower_split_in_two_processes_stopped_by_a_signal_to_one_resumes_as_one_uninterrupted_run(
+def test_the_paper_s_tower_split_in_two_processes_stopped_by_a_signal_to_one_resumes_in_one_process(
     config_file, one_process, tmp_path):
   # The paper's own case: a tower on each process, conv2 reading both (the cross-tower gather between the
-  # processes), fc3 and fc4 gathered and summed. Process 1 alone is signalled; both save the same step, and two
-  # processes resume it to the parameters of the uninterrupted run of one process.
+  # processes), fc3 and fc4 gathered and summed. Process 1 alone is signalled; both save the same step. One process
+  # of two devices resumes it (fewer processes than wrote it: the input position does not count them) to the
+  # parameters of the uninterrupted run of one process.
   two = str(tmp_path / "two")
   stopped = stopped_by_a_signal_to_one_process(config_file, "tower", two)
-  outputs = two_processes(config_file, "tower", two)
-  assert all(f"steps {stopped}→6" in output for output in outputs)
+  assert 0 < stopped < 6
+  loop.train_and_evaluate(tiny_config("tower"), two)
   assert_same_params(two, tiny_config("tower"), one_process)
   assert [r["count"] for r in lines(two) if r["split"] == "eval"] == [15]
 
