@@ -1,47 +1,17 @@
-"""Times the train step (forward, backward, SGD-momentum update) of our systems against plain XLA, in one run.
+"""Times the train step (forward, backward, SGD-momentum update) of our systems against plain XLA and PyTorch, in
+one run, and prints a table (--json writes the rows).
 
-  python scripts/benchmark.py --config configs/alexnet_2gpu.py [--config.key=value …]
-      [--systems triton:split,xla:split,triton:dp,triton:one,plain:split,plain:dp,plain:one] [--dtypes bfloat16]
-      [--batches 128,512,1024 | --per_device_batches 128] [--devices 1,2,4,8] [--steps 20] [--windows 5]
-      [--peak_tflops 790] [--compilation_cache DIR] [--json OUT.json]
+  python scripts/benchmark.py --config configs/alexnet_1gpu.py [--config.key=value …]
+      [--systems triton:one,plain:one,torch:one] [--dtypes bfloat16] [--batches 128,512 | --per_device_batches 128]
+      [--devices 1,2,4,8] [--steps 20] [--windows 5] [--peak_tflops 790] [--compilation_cache DIR] [--json OUT]
+      [--torch_modes default,reduce-overhead] [--torch_flat_modes …] [--torch_compile_limit_s 150]
 
-Systems (alexnet_jax/measure/systems.py) are IMPL:LAYOUT: IMPL `triton`, `xla`, `auto` or `interpret` is our network
-with that kernel backend, `plain` the same table written as a JAX user would with plain XLA (measure/baseline.py:
-NHWC, lax.conv_general_dilated in the compute dtype, reduce_window pools and LRN), `torch` the same table, input
-and step as a PyTorch user would write them (measure/torch_step.py: torch.compile, channels_last, autocast; only
-`torch:one`, where the GPU has torch); LAYOUT `split` puts the paper's
-towers on two devices (shard_map; all-gathers at conv3, fc6, fc7, a psum at fc8), `dp` every tower on every device
-with the batch split over all of them, `pmap` the same with jax.pmap (ours only), `hybrid` convolutions
-data-parallel and fc layers split over every device (Krizhevsky 2014; ours only), `one` every tower on one device.
-The strategies lab's rows: --systems triton:split,xla:split,triton:dp,xla:dp,triton:pmap,xla:pmap,triton:hybrid,
-xla:hybrid. Both sides run the same loss, input (random
-stored-size images, crops cut on the device) and optimiser; only the network differs.
-
-The dtypes and batch sizes default to the config's: --batches are global batches, --per_device_batches are per device
-(the global batch is that × the devices the system's layout uses). --devices times every system on the first N
-devices for each N given (default: all of them), so that one machine of 8 GPUs gives the rows of 1, 2, 4 and 8;
-scripts/scaling_report.py tables and plots the rows of such runs. Each system × devices × dtype × batch runs in a
-process of its own
-(--noseparate: all in this one), so each has the devices to itself and its memory peak is its own. Throughput:
---steps steps dispatched back to back with one wait at the end, as training runs them; the median time per step of
---windows such windows, and their spread (slowest minus fastest window, over the median); 3 warm-up steps first.
-Latency ("blocked"): as many steps, each waited for. MFU: train FLOPs per image × images/s ÷ (--peak_tflops × the
-system's devices), the FLOPs counted from the layer table (systems.train_flops_per_image: 3 × 2 × the conv and fc
-multiply-adds, 4.35 GFLOP for the paper's net at 224; pools, LRN and the update left out) against the peak the flag
-states (790 TFLOP/s: an H200's dense bf16 as measured, docs/BENCHMARKS.md). XLA's own count (cost_analysis of the
-compiled step, which cannot see inside our Triton kernels) is in the JSON as xla_flops_per_device. Memory per
-device: "step" is what XLA's analysis of the compiled step says it holds (arguments + outputs + temporaries −
-donated buffers reused), "peak" the allocator's peak while the process built and ran it (compilation's autotuning
-included; the first rows' peaks carry over with --noseparate; absent on CPU). ×plain: images/s over the `plain`
-system of the same layout, dtype and batch; ×1 dev: over the same IMPL's `one` row. Also the bytes each cross-device
-collective moves per step, from the compiled HLO, per layer (a combined gradient all-reduce split by the layers it
-carries; scripts/comm_report.py lists them beside the layer table's figures), and in the JSON each collective's
-HLO line as compiled, after the computation that holds it (collective_hlo, cut to 300 characters): what the bytes
-were read from; and the XLA_FLAGS and NCCL_* settings the row ran under (settings), which every row of a call
-shares: to compare settings, run the call under each.
---compilation_cache DIR lets the rows' processes (and later runs) share compiled programs and XLA's autotuning
-results, which take most of a row's 20–30 s on a GPU. Prints a table; writes the rows as JSON, with the seconds
-each row took to build and compile its step (build_s) and, run apart, its whole process (process_s).
+A system is IMPL:LAYOUT (alexnet_jax/measure/systems.py says which there are): our network on a kernel backend,
+`plain` the same table as a JAX user writes it, `torch` / `torch_flat` as a PyTorch expert runs it (cuDNN's
+benchmark mode, the whole step under torch.compile in each of --torch_modes, the fastest reported). Every row runs
+the same loss, input and optimiser, in a process of its own (--noseparate: all in this one); --devices repeats each
+on the first N devices (scripts/scaling_report.py tables such runs). What each column measures (throughput and
+latency, MFU, memory, ×plain, the collectives' bytes) is in docs/BENCHMARKS.md, with the current figures.
 """
 
 import json
@@ -76,6 +46,11 @@ flags.DEFINE_string("compilation_cache", None, "directory of JAX's persistent co
                     "autotuning results with it, shared by the rows' processes: a row compiles faster where an "
                     "earlier one (or run) compiled or autotuned the same; the timed steps are the same")
 flags.DEFINE_string("json", None, "write the rows here")
+flags.DEFINE_list("torch_modes", ["default", "reduce-overhead"], "torch.compile modes the torch rows are timed in "
+                  "(the row reports the fastest; max-autotune-no-cudagraphs too if named: minutes of compiling)")
+flags.DEFINE_list("torch_flat_modes", ["default", "reduce-overhead"], "torch.compile modes of the torch_flat rows")
+flags.DEFINE_float("torch_compile_limit_s", 150.0, "seconds a torch.compile mode's warm-up steps may take before "
+                   "that mode is given up (0: no limit); torch's autotuning may run on a while before it stops")
 
 
 def device_bytes(compiled) -> int:
@@ -158,16 +133,21 @@ def measure(system, config, devices: int | None, steps: int, windows: int, peak_
               settings=process_settings())
 
 
-def measure_torch(config, steps: int, windows: int, peak_tflops: float) -> dict:
-  """measure's row for the config's table in PyTorch on the first GPU (measure/torch_step.py)."""
+def measure_torch(impl: str, config, args) -> dict:
+  """measure's row for the config's table in PyTorch on the first GPU (measure/torch_step.py); `torch_flat`: the
+  table with one tower."""
   from alexnet_jax.config import network_table  # noqa: PLC0415
   from alexnet_jax.measure import systems, torch_step  # noqa: PLC0415
 
+  if impl == "torch_flat":
+    config.towers = 1
   table = network_table(config, config.dataset.num_classes or 1000)
-  row = torch_step.measure(config, table, steps, windows)
+  modes = args.torch_flat_modes if impl == "torch_flat" else args.torch_modes
+  row = torch_step.measure(config, table, args.steps, args.windows, modes, args.torch_compile_limit_s or None)
   flops = systems.train_flops_per_image(table, config.image_size)
-  return row | dict(flops_per_image=flops, mfu=flops * row["images_per_s"] / (peak_tflops * 1e12),
-                    peak_tflops=peak_tflops, xla_flops_per_device=None, collective_hlo=[], settings=process_settings())
+  return row | dict(flops_per_image=flops, mfu=flops * row["images_per_s"] / (args.peak_tflops * 1e12),
+                    peak_tflops=args.peak_tflops, xla_flops_per_device=None, collective_hlo=[],
+                    settings=process_settings())
 
 
 def head(system, dtype, batch, per_device: bool, devices: int | None) -> dict:
@@ -191,8 +171,8 @@ def run_here(system, dtype, batch, per_device: bool, devices: int | None, args) 
     if per_device:
       batch *= math.prod(systems.mesh_shape(system.layout, config.towers, devices or jax.device_count()))
     config.dtype, config.batch_size, config.eval_batch_size, row["batch"] = dtype, batch, batch, batch
-    if system.impl == "torch":
-      return row | measure_torch(config, args.steps, args.windows, args.peak_tflops)
+    if system.impl in systems.TORCH:
+      return row | measure_torch(system.impl, config, args)
     return row | measure(system, config, devices, args.steps, args.windows, args.peak_tflops)
   except (ValueError, jax.errors.JaxRuntimeError) as e:  # a system that cannot run here, or runs out of memory
     return row | dict(error=" ".join(str(e).split())[:300])
@@ -257,6 +237,11 @@ def table(rows: list[dict]) -> str:
                  f"{r['step_ms']:8.3f} {r['window_spread']:6.1%} {r['blocked_step_ms']:8.3f} {r['mfu']:6.1%} "
                  f"{num(r['step_gib'], '8.2f'):>8} {num(r['peak_gib'], '8.2f'):>8} {num(r['vs_plain'], '6.2f'):>6} "
                  f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}")
+  if timed_modes := [r for r in done if "torch_modes" in r]:
+    from alexnet_jax.measure import torch_step  # noqa: PLC0415
+
+    lines.append("\ntorch.compile modes (the row gives the fastest):")
+    lines += ["  " + torch_step.modes_line(r) for r in timed_modes]
   for r in done:
     if r["collective_bytes"]:
       lines.append(f"\n{r['system']} ({r['devices']} devices, {r['dtype']}, batch {r['batch']}): cross-device bytes "
@@ -270,6 +255,7 @@ def main(argv):
   args = flags.FLAGS
   apply_process_settings(args.config)
   from alexnet_jax.measure.systems import System  # noqa: PLC0415
+  from alexnet_jax.measure.torch_step import MODES  # noqa: PLC0415
 
   try:
     for s in args.systems:
@@ -277,6 +263,9 @@ def main(argv):
     dtypes = args.dtypes or [args.config.dtype]
     if bad := [d for d in dtypes if d not in DTYPES]:
       raise ValueError(f"--dtypes: {', '.join(bad)} not among {', '.join(DTYPES)}")
+    for name in ("torch_modes", "torch_flat_modes"):
+      if bad := [m for m in getattr(args, name) if m not in MODES]:
+        raise ValueError(f"--{name}: {', '.join(bad)} not among {', '.join(MODES)}")
     if args.batches and args.per_device_batches:
       raise ValueError("give --batches (global) or --per_device_batches, not both")
     per_device = bool(args.per_device_batches)

@@ -1,9 +1,9 @@
-"""The train steps that scripts/benchmark.py times and scripts/profile_step.py traces, one per system.
+"""The train steps that scripts/benchmark.py times and scripts/dev/profile_step.py traces, one per system.
 
 A system is `IMPL:LAYOUT`. IMPL is one of our kernel backends (`triton`, `xla`, `auto`, `interpret`: the config's
-network as train.py runs it) or `plain`, the plain-XLA NHWC network of baseline.py with the same table, loss, input
-and SGD-momentum update (or `torch`, the same in PyTorch, torch_step.py: one GPU, benchmark.py's rows only). LAYOUT
-places it on N devices (the first N; all by default), whatever the config's mesh says:
+network as train.py runs it), `plain` (baseline.py's plain-XLA NHWC network, same table, loss, input and update),
+`torch` or `torch_flat` (torch_step.py: the same in PyTorch, one tower in the latter; `one` only). LAYOUT places
+it on N devices (the first N; all by default), whatever the config's mesh says:
 
   split   the paper's towers, one per device, and data parallelism over the pairs (strategy tower, mesh
           model=towers, data=N/towers: on 2 devices the paper; on one, both towers there)
@@ -13,8 +13,7 @@ places it on N devices (the first N; all by default), whatever the config's mesh
   pmap    dp written with jax.pmap and lax.pmean (training/pmap.py; ours only)
   one     every tower on one device (model=1, data=1)
 
-Steps run on random stored-size images with crop offsets and flips, as training sends them (the device cuts the
-crops), and one dropout key folded with the step inside it.
+Steps run on random stored-size images as training sends them (the device cuts the crops).
 """
 
 import dataclasses
@@ -32,7 +31,8 @@ from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Table
 from alexnet_jax.training import pmap, train
 
-IMPLS = ("plain", "torch", *ops.BACKENDS)
+TORCH = ("torch", "torch_flat")  # measure/torch_step.py's PyTorch steps
+IMPLS = ("plain", *TORCH, *ops.BACKENDS)
 LAYOUTS = ("split", "dp", "hybrid", "pmap", "one")
 IMAGENET_TRAIN = 1_281_167  # synthetic batches stand in for ImageNet unless the config names its sizes
 
@@ -48,8 +48,8 @@ class System:
     if impl not in IMPLS or layout not in LAYOUTS:
       raise ValueError(f"unknown system {text!r}: write IMPL:LAYOUT with IMPL one of {', '.join(IMPLS)} and LAYOUT "
                        f"one of {', '.join(LAYOUTS)}, e.g. triton:split")
-    if impl == "torch" and layout != "one":
-      raise ValueError(f"system {text}: the PyTorch step (measure/torch_step.py) runs on one GPU: torch:one")
+    if impl in TORCH and layout != "one":
+      raise ValueError(f"system {text}: the PyTorch step (measure/torch_step.py) runs on one GPU: {impl}:one")
     return cls(impl, layout)
 
   def __str__(self) -> str:
