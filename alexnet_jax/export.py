@@ -24,7 +24,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.data.placement import random_batch
+from alexnet_jax.data.device_batches import random_batch
 from alexnet_jax.network import model, sharding
 from alexnet_jax.ops.backend import cuda_here
 from alexnet_jax.training import train, workdirs

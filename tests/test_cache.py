@@ -15,7 +15,7 @@ from test_reliability import tiny_config
 from alexnet_jax.config import paper_config, validate
 from alexnet_jax.data import DataError, cache, procedural, train_batches
 from alexnet_jax.data.pipeline import make_dataset
-from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.network import sharding
 from alexnet_jax.training import loop
 

@@ -30,7 +30,7 @@ from alexnet_jax.data import (
   train_batches,
 )
 from alexnet_jax.data.pipeline import make_dataset
-from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import get_network
 from alexnet_jax.training import guard, loop, train

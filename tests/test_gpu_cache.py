@@ -8,7 +8,7 @@ import pytest
 from test_cache import BATCH, SIZE, SLOTS, N, dataset  # noqa: F401  (dataset: the fixture)
 
 from alexnet_jax.data import cache, train_batches
-from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.network import sharding
 
 pytestmark = [pytest.mark.gpu,

@@ -11,7 +11,7 @@ from PIL import Image
 
 from alexnet_jax.config import GPU_BACKENDS
 from alexnet_jax.data import decode, nvdecode
-from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.network import sharding
 
 pytestmark = [pytest.mark.gpu,

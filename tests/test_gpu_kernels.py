@@ -20,7 +20,7 @@ import os
 import jax
 import pytest
 
-from alexnet_jax.data import placement
+from alexnet_jax.data import device_batches
 from alexnet_jax.measure import kernel_checks
 
 BATCH = int(os.environ.get("GPU_TEST_BATCH", "128"))
@@ -59,7 +59,7 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
     config.mesh.model = min(2, jax.device_count())
     setup = train.make_setup(config, 1000, 1_281_167)
     state = train.create_train_state(setup, jax.random.key(0))
-    batch = setup.batch_rows.put(placement.random_batch(16, 224, 1000))
+    batch = setup.batch_rows.put(device_batches.random_batch(16, 224, 1000))
     step = jax.jit(functools.partial(train.train_step, setup=setup))
     text = step.lower(state, batch, jax.random.key(1)).compile().as_text()
     counts[backend] = {op: text.count(op) for op in (" conditional(", "triton_kernel_call", "custom-call(",
@@ -100,7 +100,7 @@ def test_training_crops_at_the_paper_s_input(dtype):
   from alexnet_jax.data.statistics import IMAGENET  # noqa: PLC0415
   from alexnet_jax.ops import crops  # noqa: PLC0415
 
-  batch = placement.random_batch(BATCH, 224, 1000, size=256)
+  batch = device_batches.random_batch(BATCH, 224, 1000, size=256)
   batch["shift"] = np.random.default_rng(1).normal(0, 0.1, (BATCH, 3)).astype(np.float32)
   fields = batch["image"], batch["offset"], batch["flip"], batch["shift"]
   got = jax.jit(lambda *f: crops.crops(*f, size=224, mean=IMAGENET.mean, std=IMAGENET.std, dtype=dtype,

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from alexnet_jax.config import paper_config
-from alexnet_jax.data import placement
+from alexnet_jax.data import device_batches
 from alexnet_jax.measure import hlo
 from alexnet_jax.network import sharding
 from alexnet_jax.network.model import Network
@@ -67,7 +67,7 @@ def lowered_train_step(config):
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, jax.random.key(0))
   s = config.image_size
-  batch = setup.batch_rows.put(placement.random_batch(B, s, 10))
+  batch = setup.batch_rows.put(device_batches.random_batch(B, s, 10))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return setup, state, step.lower(state, batch, jax.random.key(0))
 
@@ -80,7 +80,7 @@ def test_auto_traces_the_reference_program_off_cuda():
   for backend in ("auto", "xla"):
     setup = train.make_setup(small_config(kernel_backend=backend), 10, 1000)
     state = jax.eval_shape(train.train_state_init(setup), jax.random.key(0))
-    batch = placement.random_batch(B, 64, 10)
+    batch = device_batches.random_batch(B, 64, 10)
     jaxprs[backend] = str(jax.make_jaxpr(functools.partial(train.train_step, setup=setup))(
         state, batch, jax.random.key(0)))
   assert jaxprs["auto"] == jaxprs["xla"]

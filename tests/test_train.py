@@ -14,7 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from alexnet_jax.config import KEYS, paper_config, validate
-from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, placement, train_batches
+from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, device_batches, train_batches
 from alexnet_jax.training import guard, loop, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,7 +175,7 @@ def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference(ba
   # or each device its own rows, placed for the towers first (config.gather_input).
   config = demo_config(kernel_backend=backend, gather_input=gather_input)
   setup = train.make_setup(config, 10, 4800, mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3))
-  batch = placement.random_batch(6, 96, 10, seed=2, size=110)
+  batch = device_batches.random_batch(6, 96, 10, seed=2, size=110)
   batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
   assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
   got = jax.jit(functools.partial(train.model_input, setup))(setup.batch_rows.put(batch))
@@ -264,17 +264,17 @@ def test_bad_config_and_input_get_one_clear_error():
   config.dataset.gpu_backends = "cuda"
   with pytest.raises(ValueError, match="config.dataset.gpu_backends must be one of 'all', 'hardware', got 'cuda'"):
     validate(config)
-  batch = placement.random_batch(2, 96, 10, size=104)
-  placement.check_batch(batch, 104, 96)
+  batch = device_batches.random_batch(2, 96, 10, size=104)
+  device_batches.check_batch(batch, 104, 96)
   with pytest.raises(ValueError, match=r"expected a batch of image \(2, 110, 110, 3\) uint8, offset \(2, 2\) int32, "
                      r"flip \(2,\) bool, shift \(2, 3\) float32, label \(2,\) int32; got image \(2, 104, 104, 3\)"):
-    placement.check_batch(batch, 110, 96)
+    device_batches.check_batch(batch, 110, 96)
   with pytest.raises(ValueError, match=r"got image \(2, 104, 104, 3\) float32"):
-    placement.check_batch(batch | dict(image=batch["image"].astype(np.float32)), 104, 96)
+    device_batches.check_batch(batch | dict(image=batch["image"].astype(np.float32)), 104, 96)
   with pytest.raises(ValueError, match=r"; got image \(2, 104, 104, 3\) uint8, offset \(2, 2\) int32, shift"):
-    placement.check_batch({k: v for k, v in batch.items() if k != "flip"}, 104, 96)
+    device_batches.check_batch({k: v for k, v in batch.items() if k != "flip"}, 104, 96)
   with pytest.raises(ValueError, match=r"crop offsets must lie in \[0, 8\] .* got 0..9"):
-    placement.check_batch(batch | dict(offset=np.array([[0, 9], [3, 3]], np.int32)), 104, 96)
+    device_batches.check_batch(batch | dict(offset=np.array([[0, 9], [3, 3]], np.int32)), 104, 96)
   with pytest.raises(ValueError, match="needs 4 devices"):
     train.make_setup(demo_config(mesh=dict(model=2, data=2)), 10, 100)
 

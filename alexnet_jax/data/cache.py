@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.data.placement import HostPut, Rows, check_batch
+from alexnet_jax.data.device_batches import HostPut, Rows, check_batch
 from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation

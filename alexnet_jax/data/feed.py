@@ -16,7 +16,7 @@ IN_FLIGHT = 2  # batches put and not yet finished: the next is under way (decodi
 
 class Feed:
   """An iterator of (device batch, skipped) from the iterator `host_batches` of (host batch, skipped).
-  `putter.put(host batch)` (data.placement.HostPut, DevicePut) starts a batch on its way and returns `finish`, which
+  `putter.put(host batch)` (data.device_batches.HostPut, DevicePut) starts a batch on its way and returns `finish`, which
   returns (device batch, images skipped on the device); the next batch is put before the last is finished, so a put
   that hands its work to others (the decoding processes) overlaps with collecting the last. An exception in the
   thread is raised by next().

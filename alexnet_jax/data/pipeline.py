@@ -122,7 +122,7 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
   every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
-  data.placement.Rows.process_rows). Under the device cache's rule `cached`, the rows it holds are not decoded
+  data.device_batches.Rows.process_rows). Under the device cache's rule `cached`, the rows it holds are not decoded
   (cache.py's batch layout).
   """
   if rows is None:
@@ -182,7 +182,7 @@ def _ahead() -> grain.ReadOptions:
 def eval_batches(dataset: Dataset, batch_size: int, rows: slice = slice(None)) -> Iterator[dict]:
   """The evaluation split in order, S×S images (the device crops them); the last batch is padded by repeating its
   last example and the padding is masked out. Of each batch, only `rows` (this process's:
-  data.placement.Rows.process_rows)."""
+  data.device_batches.Rows.process_rows)."""
   batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size)
   batches = batches.map(lambda i: dataset.eval_batch(i, batch_size, rows))
   yield from batches.to_iter_dataset(_ahead())

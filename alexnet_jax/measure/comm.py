@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from alexnet_jax.config import validate
-from alexnet_jax.data.placement import random_batch
+from alexnet_jax.data.device_batches import random_batch
 from alexnet_jax.measure import hlo, systems
 from alexnet_jax.network.placement import Plan
 from alexnet_jax.training import train

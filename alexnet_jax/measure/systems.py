@@ -12,9 +12,7 @@ it on N devices (the first N; all by default), whatever the config's mesh says:
           hybrid, model=N, data=1; ours only)
   pmap    dp written with jax.pmap and lax.pmean (training/pmap.py; ours only)
   one     every tower on one device (model=1, data=1)
-
-Steps run on random stored-size images as training sends them (the device cuts the crops).
-"""
+Steps run on random stored-size images, as training sends them."""
 
 import dataclasses
 import functools
@@ -25,7 +23,7 @@ import jax.numpy as jnp
 
 from alexnet_jax import ops
 from alexnet_jax.config import validate
-from alexnet_jax.data.placement import random_batch
+from alexnet_jax.data.device_batches import random_batch
 from alexnet_jax.measure import baseline
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Table

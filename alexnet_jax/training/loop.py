@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 from alexnet_jax.config import validate
 from alexnet_jax.data import DataError, cache, eval_batches, get_dataset, iterate, train_batches
 from alexnet_jax.data.feed import Feed
-from alexnet_jax.data.placement import DevicePut, HostPut, random_batch
+from alexnet_jax.data.device_batches import DevicePut, HostPut, random_batch
 from alexnet_jax.network import interchange
 from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, run, workdirs
 from alexnet_jax.training.metrics import MetricWriter
@@ -61,7 +61,7 @@ def summarise(sums: dict) -> dict:
 
 def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
   """Metrics over the readable examples of the evaluation split (each counted once: `count`; `unreadable` those
-  that could not be read), its batches placed as `rows` (data.placement.Rows) say; p_eval_step is eval_step jitted
+  that could not be read), its batches placed as `rows` (data.device_batches.Rows) say; p_eval_step is eval_step jitted
   with `crops` static."""
   total, unreadable = None, 0
   for batch in eval_batches(dataset, config.eval_batch_size, rows.process_rows(config.eval_batch_size)):

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.config import MAX_STEPS, network_table
 from alexnet_jax.data import device_augment
-from alexnet_jax.data.placement import Rows
+from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network

@@ -32,7 +32,7 @@ from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
 from alexnet_jax.data import cache, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
-from alexnet_jax.data.placement import Rows, random_batch
+from alexnet_jax.data.device_batches import Rows, random_batch
 from alexnet_jax.training import loop, train
 
 

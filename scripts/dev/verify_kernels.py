@@ -34,7 +34,7 @@ flags.DEFINE_bool("skip_model", False, "check the kernels only")
 def check_model(config, backend, key):
   """The config's train step with kernel_backend `backend` and 'xla' from the same state and batch: the losses and
   the relative difference of the parameter updates."""
-  from alexnet_jax.data.placement import random_batch  # noqa: PLC0415
+  from alexnet_jax.data.device_batches import random_batch  # noqa: PLC0415
   from alexnet_jax.training import train  # noqa: PLC0415
 
   results = {}
