@@ -12,7 +12,6 @@ input's gradient from the windows that cover it.
 """
 
 import functools
-import importlib
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +23,6 @@ from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 from triton_kernels.launch import out_size
 
 MAX_SIZE = 16  # triton_kernels/avg_pool.py unrolls a window into size² loads
-
-
-def _kernels():
-  """triton_kernels.avg_pool, imported on first use as the other kernel modules (Triton reads TRITON_INTERPRET when
-  it is first imported); triton_kernels() gives the one-line error of an install without Triton."""
-  triton_kernels()
-  return importlib.import_module("triton_kernels.avg_pool")
 
 
 def avg_pool_reference(x, *, size, stride, padding=0):
@@ -50,12 +42,12 @@ def global_avg_pool_reference(x):
 def _fwd_launch(x, *, size, stride, padding, launch=()):
   """launch: (name, value) pairs overriding the kernel's launch rule (per_thread, num_warps); the network passes
   none."""
-  return _kernels().avg_pool_fwd_launch(x.shape, size, stride, padding, x.dtype.name, **dict(launch))
+  return triton_kernels().avg_pool.avg_pool_fwd_launch(x.shape, size, stride, padding, x.dtype.name, **dict(launch))
 
 
 def _bwd_launch(dy, *, size, stride, padding, height, width, launch=()):
   c, _, _, n = dy.shape
-  return _kernels().avg_pool_bwd_launch((c, height, width, n), size, stride, padding, dy.dtype.name, **dict(launch))
+  return triton_kernels().avg_pool.avg_pool_bwd_launch((c, height, width, n), size, stride, padding, dy.dtype.name, **dict(launch))
 
 
 def _pooled(x, size, stride, padding):
@@ -72,10 +64,10 @@ AVG_POOL_BWD = KernelPrimitive("chwn_avg_pool_bwd", KernelSpec(
     outputs=lambda dy, height, width, **_: [
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 GLOBAL_AVG_POOL_FWD = KernelPrimitive("chwn_global_avg_pool_fwd", KernelSpec(
-    launch=lambda x, launch=(): _kernels().global_avg_pool_fwd_launch(x.shape, x.dtype.name, **dict(launch)),
+    launch=lambda x, launch=(): triton_kernels().avg_pool.global_avg_pool_fwd_launch(x.shape, x.dtype.name, **dict(launch)),
     batch_last=(0,), outputs=lambda x, **_: [jax.ShapeDtypeStruct((x.shape[0], x.shape[3]), x.dtype)]))
 GLOBAL_AVG_POOL_BWD = KernelPrimitive("chwn_global_avg_pool_bwd", KernelSpec(
-    launch=lambda dy, height, width, launch=(): _kernels().global_avg_pool_bwd_launch(
+    launch=lambda dy, height, width, launch=(): triton_kernels().avg_pool.global_avg_pool_bwd_launch(
         (dy.shape[0], height, width, dy.shape[1]), dy.dtype.name, **dict(launch)),
     batch_last=(0,),
     outputs=lambda dy, height, width, **_: [jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[1]),

@@ -51,7 +51,7 @@ def by_platform(backend: str, build):
 def dispatch(backend: str, reference, kernel, *operands):
   """reference(*operands) or kernel(*operands, mode=…), as `backend` asks; operands[0] sets the dtype.
 
-  Under 'auto' JAX differentiates the reference where it runs, and the kernel path brings its own custom_vjp.
+  Under 'auto' JAX differentiates the reference where it runs, and the kernel path by its primitives' own rules.
   """
   mode = check_backend(backend, operands[0].dtype)
   return by_platform(mode, lambda m: reference if m == "xla" else functools.partial(kernel, mode=m))(*operands)

@@ -1,6 +1,11 @@
 """2-D convolution, CHWN in and out: forward (cuda-convnet's filter_acts), data gradient (img_acts) and filter
 gradient (weight_acts), each a Triton kernel wrapped as a JAX primitive, with the XLA reference beside them.
 
+As lax's convolution, each kernel is linear in each of its two operands, and each one's transpose is another of the
+three: JAX differentiates them in either mode, to any order. The forward kernel's fused bias and ReLU are left out of
+that: its JVP runs it whole for the output, and the tangent is linear convolutions of the tangents (plus the bias's)
+through the ReLU's mask; reverse mode transposes those into the data and filter gradients without running them.
+
 Layouts: images x (C, H, W, N); filters w (C/groups, KH, KW, F) — cuda-convnet's (colors, filter pixels, filters)
 order, filters last so that one loaded patch serves many filters; bias b (F,); output (F, H', W', N).
 Groups split C and F into equal consecutive blocks: group g reads channels [g·C/G, (g+1)·C/G) and owns filters
@@ -12,9 +17,10 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.interpreters import ad
 
 from alexnet_jax.ops.backend import dispatch, dot_precision
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes, triton_kernels
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
 from triton_kernels.launch import out_size
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
@@ -59,15 +65,17 @@ def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision, tiles=N
                                                  tiles=tiles)
 
 
+# Filters (and the filter gradient's dy) may come in another dtype than the images: the kernels read them in the
+# images' (dy's), and the bias in float32.
 CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(
-    launch=_fwd_launch, batch_last=(0,),
+    launch=_fwd_launch, batch_last=(0,), reads=lambda x, w, b, **p: (x.dtype, x.dtype, jnp.float32),
     outputs=lambda x, w, b, **p: [jax.ShapeDtypeStruct(_out_shape(x.shape, w.shape, p["stride"], p["padding"]),
                                                        x.dtype)]))
 CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
-    launch=_dgrad_launch, batch_last=(0,),
+    launch=_dgrad_launch, batch_last=(0,), reads=lambda dy, w, **p: (dy.dtype, dy.dtype),
     outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)]))
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
-    launch=_wgrad_launch,
+    launch=_wgrad_launch, reads=lambda x, dy, **p: (x.dtype, x.dtype),
     outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
     # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
     kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
@@ -75,29 +83,58 @@ CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
     finish=lambda partials, **p: [partials.sum(axis=0)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
-def _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode):
-  return _conv_kernel_fwd(x, w, b, stride, padding, groups, relu, has_bias, mode)[0]
+def _geometry(params):
+  """A kernel's parameters that every other of the three takes alike (not tuned tiles: those are one kernel's)."""
+  return {k: params[k] for k in ("stride", "padding", "groups", "precision", "mode")}
 
 
-def _conv_kernel_fwd(x, w, b, stride, padding, groups, relu, has_bias, mode):
-  (y,) = CONV_FWD(x, w.astype(x.dtype), b.astype(jnp.float32), mode=mode, stride=stride, padding=padding,
-                  groups=groups, relu=relu, has_bias=has_bias, precision=dot_precision(x.dtype))
-  return y, (x, w, b, y)
+def _conv(x, w, **geometry):
+  """The linear convolution: the forward kernel without bias or ReLU."""
+  return CONV_FWD(x, w, jnp.zeros(w.shape[-1:], jnp.float32), relu=False, has_bias=False, **geometry)[0]
 
 
-def _conv_kernel_bwd(stride, padding, groups, relu, has_bias, mode, residuals, dy):
-  x, w, b, y = residuals
-  if relu:  # the fused ReLU passes gradient where its output was positive
+def _fwd_jvp(primals, tangents, *, relu, has_bias, **params):
+  """The fused kernel for y; the tangent's convolutions are linear in the tangents, which is what reverse mode
+  transposes (into img_acts and weight_acts), so it never runs them."""
+  (x, w, b), (dx, dw, db) = primals, tangents
+  (y,) = CONV_FWD(x, w, b, relu=relu, has_bias=has_bias, **params)
+  geometry = _geometry(params)
+  terms = [_conv(dx, w, **geometry)] if type(dx) is not ad.Zero else []
+  terms += [_conv(x, dw, **geometry)] if type(dw) is not ad.Zero else []
+  if has_bias and type(db) is not ad.Zero:
+    # Broadcast, then narrowed: transposed, the cotangent is widened before it is summed over H·W·N.
+    terms.append(lax.broadcast_in_dim(db, y.shape, (0,)).astype(y.dtype))
+  if not terms:
+    return [y], [ad.Zero.from_primal_value(y)]
+  dy = sum(terms[1:], terms[0])
+  if relu:  # the fused ReLU passes the tangent where its output was positive
     dy = jnp.where(y > 0, dy, jnp.zeros_like(dy))
-  geometry = dict(stride=stride, padding=padding, groups=groups, precision=dot_precision(x.dtype))
-  (dx,) = CONV_DGRAD(dy, w.astype(dy.dtype), mode=mode, x_shape=x.shape, **geometry)
-  (dw,) = CONV_WGRAD(x, dy.astype(x.dtype), mode=mode, w_shape=w.shape, **geometry)
-  db = dy.astype(jnp.float32).sum(axis=(1, 2, 3)) if has_bias else jnp.zeros_like(b)
-  return dx, dw.astype(w.dtype), db.astype(b.dtype)
+  return [y], [dy]
 
 
-_conv_kernel.defvjp(_conv_kernel_fwd, _conv_kernel_bwd)
+def _linear_only(relu, has_bias):
+  if relu or has_bias:
+    raise ValueError("chwn_conv_fwd is linear in images and filters only without its bias and ReLU")
+
+
+def _fwd_transpose_x(ct, x, w, b, *, relu, has_bias, **params):
+  _linear_only(relu, has_bias)
+  return CONV_DGRAD(ct, w, x_shape=x.aval.shape, **_geometry(params))[0]
+
+
+def _fwd_transpose_w(ct, x, w, b, *, relu, has_bias, **params):
+  _linear_only(relu, has_bias)
+  return CONV_WGRAD(x, ct, w_shape=w.aval.shape, **_geometry(params))[0]
+
+
+CONV_FWD.def_bilinear((_fwd_transpose_x, _fwd_transpose_w), jvp=_fwd_jvp)
+# dx = img_acts(dy, w) and dw = weight_acts(x, dy) are the transposes of y = conv(x, w); theirs are the others.
+CONV_DGRAD.def_bilinear((
+    lambda ct, dy, w, **p: _conv(ct, w, **_geometry(p)),
+    lambda ct, dy, w, **p: CONV_WGRAD(ct, dy, w_shape=w.aval.shape, **_geometry(p))[0]))
+CONV_WGRAD.def_bilinear((
+    lambda ct, x, dy, **p: CONV_DGRAD(dy, ct, x_shape=x.aval.shape, **_geometry(p))[0],
+    lambda ct, x, dy, **p: _conv(x, ct, **_geometry(p))))
 
 
 def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="auto"):
@@ -112,9 +149,8 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="
   geometry = dict(stride=stride, padding=padding, groups=groups, relu=relu)
 
   def kernel(x, w, b, *, mode):
-    has_bias = b is not None
-    b = b if has_bias else jnp.zeros((f,), jnp.float32)
-    x, w, b = same_varying_axes((x, w, b))
-    return _conv_kernel(x, w, b, stride, padding, groups, relu, has_bias, mode)
+    # The bias in float32 before the kernel, so that its gradient is summed in float32 and then rounded to b's dtype.
+    bias = jnp.zeros((f,), jnp.float32) if b is None else b.astype(jnp.float32)
+    return CONV_FWD(x, w, bias, mode=mode, has_bias=b is not None, precision=dot_precision(x.dtype), **geometry)[0]
 
   return dispatch(backend, functools.partial(conv2d_reference, **geometry), kernel, x, w, b)

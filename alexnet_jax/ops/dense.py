@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from alexnet_jax.ops.backend import check_backend
 
@@ -36,7 +37,7 @@ _FORWARD = (((0,), (0,)), ((), ()))  # w (F_in, F_out) · x (F_in, N) → (F_out
 _TOWERS = (((1,), (1,)), ((0,), (0,)))  # w (T, F_in, F_out) · x (T, F_in, N) → (T, F_out, N)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _wide_dot(w, x, out_dtype):
   """wᵀx on w's and x's dtype with a wider result. Differentiated as JAX would, the wide cotangent would meet the
   narrow operands in mixed-dtype GEMMs that XLA runs in float32 (TF32 on a GPU); rounded to x's dtype first, like
@@ -44,19 +45,18 @@ def _wide_dot(w, x, out_dtype):
   return lax.dot_general(w, x, _FORWARD, preferred_element_type=out_dtype)
 
 
-def _wide_dot_fwd(w, x, out_dtype):
-  return _wide_dot(w, x, out_dtype), (w, x)
+def _wide_dot_jvp(out_dtype, primals, tangents):
+  # Each tangent GEMM on x's dtype, widened after: reverse mode transposes the widening into the rounding of the
+  # cotangent to x's dtype before either gradient GEMM. A zero tangent (symbolic) costs no GEMM.
+  (w, x), (dw, dx) = primals, tangents
+  y = _wide_dot(w, x, out_dtype)
+  narrow = lambda a, b: lax.dot_general(a, b, _FORWARD).astype(out_dtype)  # noqa: E731
+  terms = [narrow(dw, x)] if not isinstance(dw, SymbolicZero) else []
+  terms += [narrow(w, dx)] if not isinstance(dx, SymbolicZero) else []
+  return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
 
 
-def _wide_dot_bwd(out_dtype, residuals, g):
-  w, x = residuals
-  g = g.astype(x.dtype)
-  dw = lax.dot_general(x, g, (((1,), (1,)), ((), ())))  # (F_in, F_out)
-  dx = lax.dot_general(w, g, (((1,), (0,)), ((), ())))  # (F_in, N)
-  return dw, dx
-
-
-_wide_dot.defvjp(_wide_dot_fwd, _wide_dot_bwd)
+_wide_dot.defjvp(_wide_dot_jvp, symbolic_zeros=True)
 
 
 def dense(x, w, b=None, *, relu=False, out_dtype=None, backend="auto"):

@@ -8,11 +8,15 @@ A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primi
   in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
   that must run everywhere picks its XLA reference for the other platforms (`backend.dispatch`);
 - batching: a vmapped axis of batch-last operands folds into their image axis N (what CHWN is good at); any other
-  batching maps over the vmapped axis.
+  batching maps over the vmapped axis;
+- differentiation, for a kernel linear in each of two operands (`def_bilinear`), as lax builds its dot and
+  convolution: a JVP rule and a transpose rule per operand, so that forward mode (jvp, linearize, jacfwd,
+  Hessian-vector products) composes with reverse mode, which is the JVP's linear part transposed.
 """
 
 import dataclasses
 import functools
+import operator
 import os
 from collections.abc import Callable
 
@@ -20,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from triton_kernels import interpret  # no Triton import: it runs the kernels that triton_kernels() hands it
 
@@ -31,6 +35,7 @@ def triton_kernels():
   """The kernel modules, imported on first use: Triton reads TRITON_INTERPRET when it is first imported, so importing
   alexnet_jax must not import it (a test or script sets the variable first)."""
   try:
+    import triton_kernels.avg_pool  # noqa: PLC0415
     import triton_kernels.conv  # noqa: PLC0415
     import triton_kernels.crops  # noqa: PLC0415
     import triton_kernels.lrn  # noqa: PLC0415
@@ -51,6 +56,10 @@ class KernelSpec:
   kernel_outputs: Callable | None = None  # (*avals, **params) -> what the kernel writes, if not `outputs`
   finish: Callable | None = None  # (*kernel outputs, **params) -> outputs, e.g. summing split-K partials
   batch_last: tuple[int, ...] = ()  # operands whose last axis is the image axis N, like every output then
+  # (*avals, **params) -> the dtype the kernel reads each operand in, where the primitive takes another: the lowering
+  # converts it (XLA fuses that into the operand's producer). Narrowing inside the primitive, not before it, returns
+  # a gradient in the operand's own dtype: a float32 filter gradient for float32 filters read in bfloat16.
+  reads: Callable | None = None
 
 
 class KernelPrimitive:
@@ -82,6 +91,8 @@ class KernelPrimitive:
   def _lowering(self, cuda: bool):
     def lower(ctx, *operands, mode, **params):
       avals = ctx.avals_in
+      if self.spec.reads:
+        avals = [a.update(dtype=d) for a, d in zip(avals, self.spec.reads(*avals, **params))]
       if mode == "interpret":
         fn = self._interpreted(avals, params)
       elif cuda:
@@ -89,7 +100,8 @@ class KernelPrimitive:
       else:
         raise ValueError(f"{self.prim.name}: the 'triton' backend needs a CUDA GPU; on this platform use 'auto', "
                          "'xla' or 'interpret'")
-      return mlir.lower_fun(fn, multiple_results=True)(ctx, *operands)
+      read = lambda *args: fn(*(x.astype(a.dtype) for x, a in zip(args, avals)))  # noqa: E731
+      return mlir.lower_fun(read, multiple_results=True)(ctx, *operands)
 
     return lower
 
@@ -151,12 +163,42 @@ class KernelPrimitive:
     outs = jax.lax.map(one, [moved[i] for i in batched])
     return outs, [0] * len(outs)
 
+  def def_bilinear(self, transposes, jvp=None):
+    """Differentiation of a one-output kernel linear in each of its first two operands, any others constants.
+
+    transposes[i](ct, *operands, **params) is the cotangent of operand i, an `ad.UndefinedPrimal` (its aval tells
+    the shape), with the other known: another kernel, as a convolution's data and filter gradients are. The JVP binds
+    the kernel again with each nonzero tangent in its operand's place; `jvp` replaces it for a kernel whose fused
+    epilogue (bias, ReLU) is not linear, and must leave only linear calls on the tangents."""
+    ad.primitive_jvps[self.prim] = jvp or self._bilinear_jvp
+    ad.primitive_transposes[self.prim] = functools.partial(self._bilinear_transpose, transposes)
+
+  def _bilinear_jvp(self, primals, tangents, **params):
+    outs = self(*primals, **params)
+    terms = [self(*primals[:i], t, *primals[i + 1:], **params)
+             for i, t in enumerate(tangents[:2]) if type(t) is not ad.Zero]
+    if not terms:
+      return outs, [ad.Zero.from_primal_value(o) for o in outs]
+    return outs, [functools.reduce(operator.add, t) for t in zip(*terms)]
+
+  def _bilinear_transpose(self, transposes, cts, *operands, **params):
+    unknown = [ad.is_undefined_primal(x) for x in operands]
+    if sum(unknown) != 1 or not any(unknown[:2]):
+      raise ValueError(f"{self.prim.name}: transposed with respect to operands {unknown}; it is linear in operand 0 "
+                       "or 1 alone")
+    i = unknown.index(True)
+    cts_out = [None] * len(operands)
+    (ct,) = cts
+    if type(ct) is not ad.Zero:
+      cts_out[i] = transposes[i](ct, *operands, **params).astype(operands[i].aval.dtype)
+    return cts_out
+
 
 def same_varying_axes(operands):
   """Operands of one kernel must vary over the same manual mesh axes; widen those that vary over fewer.
 
-  Ops call this before their custom_vjp, so that JAX differentiates the widening (its transpose sums the gradient
-  of a replicated operand over the devices).
+  Ops with a custom_vjp call this before it, so that JAX differentiates the widening (its transpose sums the
+  gradient of a replicated operand over the devices); a primitive's own call does it for the rest.
   """
   axes = [jax.typeof(x).manual_axis_type.varying for x in operands]
   union = frozenset().union(*axes)
