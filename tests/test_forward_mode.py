@@ -186,3 +186,123 @@ def test_dense_with_a_wider_output_in_forward_mode():
   grad = jax.make_jaxpr(lambda x, w: jax.vjp(f, x, w)[1](y))(x, w).jaxpr
   dots = [e for e in grad.eqns if e.primitive.name == "dot_general"]
   assert len(dots) == 2 and all(v.aval.dtype == jnp.bfloat16 for e in dots for v in e.invars)
+
+
+def pool_counts(jaxpr, kind):
+  """How many times the program binds each kernel of one pool kind, by the rest of its name ('fwd', 'bwd')."""
+  counts = collections.Counter()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name.startswith(f"chwn_{kind}_"):
+      counts[eqn.primitive.name.removeprefix(f"chwn_{kind}_")] += 1
+    for sub in jaxprs_in_params(eqn.params):
+      counts.update(pool_counts(sub, kind))
+  return dict(counts)
+
+
+AVG_POOLS = {
+    # name: op on x (3, 7, 7, 4), with its backend
+    "avg_3s2p1": lambda backend: functools.partial(ops.avg_pool, size=3, stride=2, padding=1, backend=backend),
+    "avg_2s2": lambda backend: functools.partial(ops.avg_pool, size=2, stride=2, backend=backend),
+    "global_avg": lambda backend: functools.partial(ops.global_avg_pool, backend=backend),
+}
+
+
+def pool_input(seed=8):
+  return rand(np.random.default_rng(seed), 3, 7, 7, 4)
+
+
+@pytest.mark.parametrize("name", sorted(AVG_POOLS))
+def test_avg_pool_jvp_and_jacfwd_match_the_reference(name):
+  x, (t,) = pool_input(), like(pool_input())
+  got = jax.jit(lambda x, t: jax.jvp(AVG_POOLS[name]("interpret"), (x,), (t,)))(x, t)
+  close(got, jax.jvp(AVG_POOLS[name]("xla"), (x,), (t,)))
+  small = x[:2, :4, :4, :2]  # jacfwd: 64 directions fold into the image axis N, one kernel
+  close(*(jax.jit(jax.jacfwd(AVG_POOLS[name](backend)))(small) for backend in ("interpret", "xla")))
+
+
+@pytest.mark.parametrize("name", sorted(AVG_POOLS))
+def test_avg_pool_second_order_in_both_modes(name):
+  # Linear: a central difference is exact up to float32's rounding, so a loose tolerance finds a wrong rule.
+  f = AVG_POOLS[name]("interpret")
+  check_grads(jax.jit(lambda x: f(x) ** 2), (pool_input(),), order=2, modes=("fwd", "rev"), eps=1e-2, atol=1e-2,
+              rtol=1e-2)
+
+
+@pytest.mark.parametrize("name,kind", [("avg_3s2p1", "avg_pool"), ("global_avg", "global_avg_pool")])
+def test_avg_pool_reverse_mode_runs_its_two_kernels(name, kind):
+  # The tangent's pool is transposed into the backward kernel, never run; forward mode pools the tangent alone.
+  loss = lambda x: (AVG_POOLS[name]("interpret")(x) ** 2).sum()  # noqa: E731
+  x = pool_input()
+  assert pool_counts(jax.make_jaxpr(jax.grad(loss))(x).jaxpr, kind) == dict(fwd=1, bwd=1)
+  assert pool_counts(jax.make_jaxpr(lambda x, t: jax.jvp(loss, (x,), (t,)))(x, x).jaxpr, kind) == dict(fwd=2)
+
+
+def separated(*shape, seed=9):
+  """Distinct values 0.1 apart, shuffled: no window's maximum changes under a finite difference's step."""
+  values = np.random.default_rng(seed).permutation(np.prod(shape)) * 0.1 - 0.05 * np.prod(shape)
+  return jnp.asarray(values.reshape(shape), jnp.float32)
+
+
+def lax_max_pool(x, relu):
+  """lax's own max pool, differentiable both ways (the op's reference has a custom gradient: reverse mode only)."""
+  x = jax.nn.relu(x) if relu else x
+  return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "VALID")
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_max_pool_jvp_and_jacfwd_match_lax(relu):
+  # The tangent is dx at each window's maximum (none where ReLU leaves no positive one); jacfwd's directions fold
+  # into the image axis N of one gather.
+  f = functools.partial(ops.max_pool, relu=relu, backend="interpret")
+  x, (t,) = separated(3, 7, 7, 4), like(separated(3, 7, 7, 4))
+  got = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t)
+  np.testing.assert_array_equal(got[1], jax.jvp(functools.partial(lax_max_pool, relu=relu), (x,), (t,))[1])
+  small = x[:2, :5, :5, :2]
+  want = jax.jacfwd(functools.partial(lax_max_pool, relu=relu))(small)
+  np.testing.assert_array_equal(jax.jit(jax.jacfwd(f))(small), want)
+  # Reverse over forward: the gather's transpose is the backward kernel.
+  transposed = lambda f: jax.grad(lambda t: (jax.jvp(f, (x,), (t,))[1] ** 2).sum())(t)  # noqa: E731
+  close(jax.jit(lambda: transposed(f))(), transposed(functools.partial(lax_max_pool, relu=relu)))
+
+
+def test_max_pool_second_order_in_both_modes():
+  f = lambda x: ops.max_pool(x, relu=True, backend="interpret") ** 2  # noqa: E731
+  check_grads(jax.jit(f), (separated(3, 7, 7, 4),), order=2, modes=("fwd", "rev"), eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+def pooled_net(backend):
+  """conv → ReLU → max pool → dense → squared loss."""
+  def loss(x, w, b, w2):
+    y = ops.conv2d(x, w, b, padding=1, backend=backend)
+    y = ops.max_pool(y, relu=True, backend=backend)
+    return (ops.dense(y.reshape(-1, y.shape[-1]), w2, backend=backend) ** 2).sum()
+
+  rng = np.random.default_rng(10)
+  return loss, (rand(rng, 4, 7, 7, 3), rand(rng, 4, 3, 3, 6, scale=0.3), rand(rng, 6), rand(rng, 6 * 3 * 3, 5))
+
+
+def test_hessian_vector_product_through_max_pool_matches_the_reference():
+  loss, args = pooled_net("interpret")
+  tangents = like(*args)
+  hvp = lambda loss, a, t: jax.jvp(jax.grad(loss, (0, 1, 2, 3)), a, t)  # noqa: E731
+  with jax.default_matmul_precision("highest"):
+    want = hvp(pooled_net("xla")[0], args, tangents)
+    got = jax.jit(functools.partial(hvp, loss))(args, tangents)
+  close(got, want)
+
+
+def test_max_pool_reverse_mode_runs_its_two_kernels():
+  # The gather at the maxima is transposed into the backward kernel, never run: the gradient is that kernel's own
+  # (equal bit for bit), and forward mode gathers instead of running it.
+  loss, args = pooled_net("interpret")
+  grad = jax.make_jaxpr(jax.grad(loss, (0, 1, 2, 3)))(*args).jaxpr
+  assert pool_counts(grad, "max_pool") == dict(fwd=1, bwd=1)
+  assert kernels_bound(grad) == dict(fwd=1, dgrad=1, wgrad=1)
+  jvp = jax.make_jaxpr(lambda a, t: jax.jvp(loss, a, t))(args, like(*args)).jaxpr
+  assert pool_counts(jvp, "max_pool") == dict(fwd=1, gather=1)
+  from alexnet_jax.ops.pool import POOL_BWD, POOL_FWD  # noqa: PLC0415
+  x = args[0]
+  y, idx = POOL_FWD(x, mode="interpret", size=3, stride=2, relu=True)
+  own = POOL_BWD(2 * y, idx, mode="interpret", size=3, stride=2, height=7, width=7)[0]
+  grad = jax.jit(jax.grad(lambda x: (ops.max_pool(x, relu=True, backend="interpret") ** 2).sum()))(x)
+  np.testing.assert_array_equal(grad, own)

@@ -8,7 +8,9 @@ softmax reads as it is (NiN's last layer; a 4-D caller adds the two unit axes wi
 
 Both are computed in float32 (float64 for float64 input) and rounded to x's dtype, by the XLA references
 (reduce_window's sum, mean) and by the kernels (triton_kernels/avg_pool.py), whose backward passes gather each
-input's gradient from the windows that cover it.
+input's gradient from the windows that cover it. Both pools are linear, and each backward kernel is its forward's
+transpose (and back): JAX primitives with those rules, so forward mode (jvp, jacfwd, Hessian-vector products) pools
+the tangent and reverse mode runs the same two kernels as ever.
 """
 
 import functools
@@ -74,39 +76,20 @@ GLOBAL_AVG_POOL_BWD = KernelPrimitive("chwn_global_avg_pool_bwd", KernelSpec(
                                                                  dy.dtype)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
-def _avg_pool_kernel(x, size, stride, padding, mode):
-  return AVG_POOL_FWD(x, mode=mode, size=size, stride=stride, padding=padding)[0]
+def _window(params):
+  """The window and mode, which each of a pool's two kernels takes alike (not `launch`, one kernel's own)."""
+  return {k: params[k] for k in ("size", "stride", "padding", "mode")}
 
 
-def _avg_pool_kernel_fwd(x, size, stride, padding, mode):
-  # The backward needs no input, only the map's size, which the pooled shape does not give back (rounding down).
-  return AVG_POOL_FWD(x, mode=mode, size=size, stride=stride, padding=padding)[0], (x.shape[1], x.shape[2])
-
-
-def _avg_pool_kernel_bwd(size, stride, padding, mode, residuals, dy):
-  height, width = residuals
-  return tuple(AVG_POOL_BWD(dy, mode=mode, size=size, stride=stride, padding=padding, height=height, width=width))
-
-
-_avg_pool_kernel.defvjp(_avg_pool_kernel_fwd, _avg_pool_kernel_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _global_avg_pool_kernel(x, mode):
-  return GLOBAL_AVG_POOL_FWD(x, mode=mode)[0]
-
-
-def _global_avg_pool_kernel_fwd(x, mode):
-  return GLOBAL_AVG_POOL_FWD(x, mode=mode)[0], (x.shape[1], x.shape[2])
-
-
-def _global_avg_pool_kernel_bwd(mode, residuals, dy):
-  height, width = residuals
-  return tuple(GLOBAL_AVG_POOL_BWD(dy, mode=mode, height=height, width=width))
-
-
-_global_avg_pool_kernel.defvjp(_global_avg_pool_kernel_fwd, _global_avg_pool_kernel_bwd)
+# Both pools are linear in x and each one's backward kernel is its transpose: the JVP pools the tangent with the
+# forward kernel, which reverse mode transposes into the backward kernel without running it (the backward needs no
+# input, only the map's size, which the pooled shape does not give back: rounding down).
+AVG_POOL_FWD.def_linear(lambda ct, x, **p: AVG_POOL_BWD(ct, height=x.aval.shape[1], width=x.aval.shape[2],
+                                                        **_window(p))[0])
+AVG_POOL_BWD.def_linear(lambda ct, dy, **p: AVG_POOL_FWD(ct, **_window(p))[0])
+GLOBAL_AVG_POOL_FWD.def_linear(lambda ct, x, *, mode, **_: GLOBAL_AVG_POOL_BWD(
+    ct, mode=mode, height=x.aval.shape[1], width=x.aval.shape[2])[0])
+GLOBAL_AVG_POOL_BWD.def_linear(lambda ct, dy, *, mode, **_: GLOBAL_AVG_POOL_FWD(ct, mode=mode)[0])
 
 
 def _check_input(name, x):
@@ -134,10 +117,10 @@ def avg_pool(x, *, size, stride, padding=0, backend="auto"):
   check_window(x.shape, size, stride, padding)
   size, stride, padding = int(size), int(stride), int(padding)
   return dispatch(backend, functools.partial(avg_pool_reference, size=size, stride=stride, padding=padding),
-                  lambda x, *, mode: _avg_pool_kernel(x, size, stride, padding, mode), x)
+                  lambda x, *, mode: AVG_POOL_FWD(x, mode=mode, size=size, stride=stride, padding=padding)[0], x)
 
 
 def global_avg_pool(x, *, backend="auto"):
   """x (C, H, W, N) → (C, N): each channel's mean over its whole map, in the fully-connected layout."""
   _check_input("global_avg_pool", x)
-  return dispatch(backend, global_avg_pool_reference, lambda x, *, mode: _global_avg_pool_kernel(x, mode), x)
+  return dispatch(backend, global_avg_pool_reference, lambda x, *, mode: GLOBAL_AVG_POOL_FWD(x, mode=mode)[0], x)

@@ -20,7 +20,7 @@ from jax import lax
 from jax.interpreters import ad
 
 from alexnet_jax.ops.backend import dispatch, dot_precision
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels, zero_tangent
 from triton_kernels.launch import out_size
 
 _DIMS = ("CHWN", "IHWO", "CHWN")
@@ -105,7 +105,7 @@ def _fwd_jvp(primals, tangents, *, relu, has_bias, **params):
     # Broadcast, then narrowed: transposed, the cotangent is widened before it is summed over H·W·N.
     terms.append(lax.broadcast_in_dim(db, y.shape, (0,)).astype(y.dtype))
   if not terms:
-    return [y], [ad.Zero.from_primal_value(y)]
+    return [y], [zero_tangent(y)]
   dy = sum(terms[1:], terms[0])
   if relu:  # the fused ReLU passes the tangent where its output was positive
     dy = jnp.where(y > 0, dy, jnp.zeros_like(dy))

@@ -11,7 +11,8 @@ A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primi
   batching maps over the vmapped axis;
 - differentiation, for a kernel linear in each of two operands (`def_bilinear`), as lax builds its dot and
   convolution: a JVP rule and a transpose rule per operand, so that forward mode (jvp, linearize, jacfwd,
-  Hessian-vector products) composes with reverse mode, which is the JVP's linear part transposed.
+  Hessian-vector products) composes with reverse mode, which is the JVP's linear part transposed; `def_linear` does
+  the same for a kernel linear in its first operand alone (a pool), the others constants.
 """
 
 import dataclasses
@@ -178,7 +179,7 @@ class KernelPrimitive:
     terms = [self(*primals[:i], t, *primals[i + 1:], **params)
              for i, t in enumerate(tangents[:2]) if type(t) is not ad.Zero]
     if not terms:
-      return outs, [ad.Zero.from_primal_value(o) for o in outs]
+      return outs, [zero_tangent(o) for o in outs]
     return outs, [functools.reduce(operator.add, t) for t in zip(*terms)]
 
   def _bilinear_transpose(self, transposes, cts, *operands, **params):
@@ -192,6 +193,34 @@ class KernelPrimitive:
     if type(ct) is not ad.Zero:
       cts_out[i] = transposes[i](ct, *operands, **params).astype(operands[i].aval.dtype)
     return cts_out
+
+  def def_linear(self, transpose, jvp=None):
+    """Differentiation of a one-output kernel linear in its first operand, any others constants (a max pool's
+    offsets): as def_bilinear, for one linear operand. transpose(ct, *operands, **params) is the cotangent of
+    operand 0, an `ad.UndefinedPrimal`; the JVP binds the kernel again on the tangent, unless `jvp` replaces it."""
+    ad.primitive_jvps[self.prim] = jvp or self._linear_jvp
+    ad.primitive_transposes[self.prim] = functools.partial(self._linear_transpose, transpose)
+
+  def _linear_jvp(self, primals, tangents, **params):
+    outs = self(*primals, **params)
+    if type(tangents[0]) is ad.Zero:
+      return outs, [zero_tangent(o) for o in outs]
+    return outs, self(tangents[0], *primals[1:], **params)
+
+  def _linear_transpose(self, transpose, cts, *operands, **params):
+    if not ad.is_undefined_primal(operands[0]) or any(map(ad.is_undefined_primal, operands[1:])):
+      raise ValueError(f"{self.prim.name}: transposed with respect to operands "
+                       f"{[ad.is_undefined_primal(x) for x in operands]}; it is linear in operand 0 alone")
+    (ct,) = cts
+    cts_out = [None] * len(operands)
+    if type(ct) is not ad.Zero:
+      cts_out[0] = transpose(ct, *operands, **params).astype(operands[0].aval.dtype)
+    return cts_out
+
+
+def zero_tangent(x):
+  """The symbolic zero tangent of x (float0 for integers, such as a pool's offsets)."""
+  return ad.Zero(jax.typeof(x).to_tangent_aval())
 
 
 def same_varying_axes(operands):

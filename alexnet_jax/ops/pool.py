@@ -5,6 +5,11 @@ XLA's own gradient does; ties are common after ReLU). The kernel's backward pass
 gradients of the windows that picked it, so overlapping windows add without atomics; the XLA reference's routes
 each window offset's gradients with a strided pad, one fusion, where XLA's own gradient is a select-and-scatter, a
 slow scatter fusion on a GPU (docs/BENCHMARKS.md).
+
+The pool is piecewise linear: its tangent is dx gathered at the chosen offsets, linear in dx, and the backward kernel
+is that gather's transpose. The kernels are JAX primitives with those rules, so forward mode (jvp, jacfwd,
+Hessian-vector products) gathers the tangent and reverse mode runs the same two kernels as ever. The XLA reference
+keeps its custom gradient: reverse mode, and forward mode over it (a Hessian-vector product), but no jvp of its own.
 """
 
 import functools
@@ -12,9 +17,11 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from alexnet_jax.ops.backend import dispatch
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, same_varying_axes, triton_kernels, zero_tangent
 from triton_kernels.launch import out_size
 
 
@@ -36,16 +43,20 @@ def _at_offset(x, i, j, pooled, stride):
   return lax.slice(x, (0, i, j, 0), limit, (1, stride, stride, 1))
 
 
+def _window_max(x, size, stride):
+  return lax.reduce_window(x, -jnp.inf, lax.max, (1, size, size, 1), (1, stride, stride, 1), "VALID")
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def _max_pool_xla(x, size, stride):
-  return lax.reduce_window(x, -jnp.inf, lax.max, (1, size, size, 1), (1, stride, stride, 1), "VALID")
+  return _window_max(x, size, stride)
 
 
 def _max_pool_xla_fwd(x, size, stride):
   """The max and, per window, the offset of its first maximum (its first NaN, if any) — the choice of XLA's
   select-and-scatter (and of the kernel), which routes a tied window's gradient to its first maximum; ties are
   common after ReLU. The offsets (int8 for any window up to 11×11) are all the backward pass keeps."""
-  y = _max_pool_xla(x, size, stride)
+  y = _window_max(x, size, stride)  # not the custom_vjp: a Hessian-vector product differentiates this
   first = jnp.zeros(y.shape, jnp.int8 if size * size <= 127 else jnp.int32)
   for k, i, j in reversed(_offsets(size)):
     view = _at_offset(x, i, j, y.shape, stride)
@@ -100,22 +111,74 @@ POOL_BWD = KernelPrimitive("chwn_max_pool_bwd", KernelSpec(
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
-def _max_pool_kernel(x, size, stride, relu, mode):
-  return POOL_FWD(x, mode=mode, size=size, stride=stride, relu=relu)[0]
+def _gather(dx, idx, *, size, stride):
+  """dx at each window's chosen offset, 0 where there is none (idx −1: ReLU's windows with no positive maximum)."""
+  out = jnp.zeros(idx.shape, dx.dtype)
+  for k, i, j in _offsets(size):
+    out = jnp.where(idx == k, _at_offset(dx, i, j, idx.shape, stride), out)
+  return out
 
 
-def _max_pool_kernel_fwd(x, size, stride, relu, mode):
-  y, idx = POOL_FWD(x, mode=mode, size=size, stride=stride, relu=relu)
-  return y, (idx, x.shape[1], x.shape[2])
+# The max pool's tangent: linear in dx, the offsets a constant. Its transpose is the backward kernel, so reverse mode
+# runs the kernels it always has and never this; forward mode runs it as XLA (a select per offset, one fusion).
+GATHER = Primitive("chwn_max_pool_gather")
+GATHER.def_impl(lambda dx, idx, *, size, stride, **_: _gather(dx, idx, size=size, stride=stride))
+GATHER.def_abstract_eval(lambda dx, idx, **_: dx.update(shape=idx.shape, weak_type=False))
+mlir.register_lowering(GATHER, mlir.lower_fun(lambda dx, idx, *, size, stride, **_: _gather(dx, idx, size=size,
+                                                                                              stride=stride),
+                                              multiple_results=False))
 
 
-def _max_pool_kernel_bwd(size, stride, relu, mode, residuals, dy):
-  idx, height, width = residuals
-  return tuple(POOL_BWD(dy, idx, mode=mode, size=size, stride=stride, height=height, width=width))
+def gather(dx, idx, *, mode, size, stride):
+  return GATHER.bind(*same_varying_axes((dx, idx)), mode=mode, size=size, stride=stride)
 
 
-_max_pool_kernel.defvjp(_max_pool_kernel_fwd, _max_pool_kernel_bwd)
+def _fold(x, d, size):
+  """x with its vmapped axis d (None: unbatched, broadcast) folded into the image axis N, the last."""
+  x = jnp.moveaxis(x, d, -2) if d is not None else jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], size,
+                                                                                         x.shape[-1]))
+  return x.reshape(*x.shape[:-2], -1)
+
+
+def _gather_batch(operands, dims, **params):
+  size = next(x.shape[d] for x, d in zip(operands, dims) if d is not None)
+  out = GATHER.bind(*(_fold(x, d, size) for x, d in zip(operands, dims)), **params)
+  return out.reshape(*out.shape[:-1], size, -1), out.ndim - 1
+
+
+def _gather_jvp(primals, tangents, **params):
+  (dx, idx), (t, _) = primals, tangents
+  out = GATHER.bind(dx, idx, **params)
+  return out, zero_tangent(out) if type(t) is ad.Zero else GATHER.bind(t, idx, **params)
+
+
+def _gather_transpose(ct, dx, idx, *, mode, size, stride):
+  if not ad.is_undefined_primal(dx) or ad.is_undefined_primal(idx):
+    raise ValueError("chwn_max_pool_gather is linear in its first operand alone")
+  if type(ct) is ad.Zero:
+    return [None, None]
+  _, height, width, _ = dx.aval.shape
+  return [POOL_BWD(ct, idx, mode=mode, size=size, stride=stride, height=height, width=width)[0], None]
+
+
+batching.primitive_batchers[GATHER] = _gather_batch
+ad.primitive_jvps[GATHER] = _gather_jvp
+ad.primitive_transposes[GATHER] = _gather_transpose
+# dx = bwd(dy, idx) routes dy to the offsets that the gather reads: each is the other's transpose.
+POOL_BWD.def_linear(lambda ct, dy, idx, *, mode, size, stride, **_: gather(ct, idx, mode=mode, size=size,
+                                                                          stride=stride))
+
+
+def _fwd_jvp(primals, tangents, **params):
+  """The kernel for y and the offsets (constants: no tangent); y's tangent is dx gathered at them."""
+  ((x,), (dx,)) = primals, tangents
+  y, idx = POOL_FWD(x, **params)
+  dy = (zero_tangent(y) if type(dx) is ad.Zero
+        else gather(dx, idx, mode=params["mode"], size=params["size"], stride=params["stride"]))
+  return [y, idx], [dy, zero_tangent(idx)]
+
+
+ad.primitive_jvps[POOL_FWD.prim] = _fwd_jvp
 
 
 def check_window(shape, size):
@@ -130,4 +193,4 @@ def max_pool(x, *, size=3, stride=2, relu=False, backend="auto"):
   ReLU(x), which the kernels do at no cost (the conv before the pool leaves its ReLU here: network/model.py)."""
   check_window(x.shape, size)
   return dispatch(backend, functools.partial(max_pool_reference, size=size, stride=stride, relu=relu),
-                  lambda x, *, mode: _max_pool_kernel(x, size, stride, bool(relu), mode), x)
+                  lambda x, *, mode: POOL_FWD(x, mode=mode, size=size, stride=stride, relu=bool(relu))[0], x)
