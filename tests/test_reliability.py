@@ -1,6 +1,7 @@
-"""What happens when things go wrong (docs/reliability.md): divergence, a collapsed network, unreadable checkpoints,
-preemption, odd images, broken metrics files, busy or unusable workdirs, broken config files: each stops or recovers
-with one clear line."""
+"""What happens when things go wrong (docs/reliability.md): divergence, a collapsed network, preemption, odd images,
+broken metrics files, busy or unusable workdirs: each stops or recovers with one clear line. Checkpoints that cannot
+be read or saved: test_checkpoints.py; what the scripts say of broken inputs: test_command_line.py; both use this
+file's tiny run."""
 
 import errno
 import json
@@ -25,7 +26,6 @@ from alexnet_jax.data import DataError, decode, pipeline, sources
 from alexnet_jax.network import interchange, table
 from alexnet_jax.network.table import Layer, Table
 from alexnet_jax.training import checkpoints, guard, loop, metrics, train, workdirs
-from alexnet_jax.training import run as run_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Ten steps of a two-tower network small enough to compile in a moment, on 32×32 procedural images; a config file,
@@ -278,117 +278,6 @@ CORRUPTIONS = {
     "garbled data/metadata": lambda d: open(os.path.join(d, "data", "metadata"), "w").write('{"next_batch": 1'),
     "deleted state/_METADATA": lambda d: os.remove(os.path.join(d, "state", "_METADATA")),
 }
-
-
-@pytest.mark.parametrize("corruption", CORRUPTIONS)
-def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(finished, template, tmp_path, corruption,
-                                                                     caplog):
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  CORRUPTIONS[corruption](os.path.join(workdir, "checkpoints", "10"))
-  with caplog.at_level(logging.WARNING):
-    state, position = checkpoints.restore(checkpoints.existing(workdir, tiny_config()), template)
-  assert int(state.step) == 8 and position["next_batch"] == 8
-  assert [r.getMessage().split(" (")[0] for r in caplog.records if r.name == "root"] == [
-      f"checkpoint 10 in {workdir}/checkpoints cannot be restored"]
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # nothing deleted
-
-
-def test_no_readable_checkpoint_stops_naming_them(finished, template, tmp_path):
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  for step in ("4", "8", "10"):
-    CORRUPTIONS["emptied step directory"](os.path.join(workdir, "checkpoints", step))
-  with pytest.raises(checkpoints.CheckpointError, match=f"none of the checkpoints in {workdir}/checkpoints can be "
-                     r"restored \(steps 10, 8, 4;"):
-    checkpoints.restore(checkpoints.manager(workdir, tiny_config()), template, set_aside=True)
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["10", "4", "8"]  # left as they were
-
-
-def test_a_reader_never_advises_moving_checkpoints_away(finished, template, tmp_path):
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  for step in ("4", "8", "10"):
-    CORRUPTIONS["emptied step directory"](os.path.join(workdir, "checkpoints", step))
-  with pytest.raises(checkpoints.CheckpointError, match="if a run is still saving in that workdir, rerun") as e:
-    checkpoints.restore(checkpoints.existing(workdir, tiny_config()), template)
-  assert "move" not in str(e.value)
-
-
-def test_a_checkpoint_rotated_away_while_read_is_followed_to_the_newer_one(finished, template, tmp_path, caplog):
-  # A run saving every step and keeping one replaces step 10 by 11 between the reader's listing and its read: the
-  # reader lists the steps again rather than calling the vanished one unreadable.
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  directory = os.path.join(workdir, "checkpoints")
-  for step in ("4", "8"):
-    shutil.rmtree(os.path.join(directory, step))
-  mngr = checkpoints.existing(workdir, tiny_config())
-  assert mngr.all_steps() == [10]
-  os.rename(os.path.join(directory, "10"), os.path.join(directory, "11"))
-  with caplog.at_level(logging.WARNING):
-    state, position = checkpoints.restore(mngr, template)
-  assert int(state.step) == 10 and position["next_batch"] == 10  # the same numbers, now under the name 11
-  assert not [r for r in caplog.records if "cannot be restored" in r.getMessage()]
-
-
-def test_reading_while_a_run_rotates_its_checkpoints_every_step_always_restores(tmp_path, tiny_file, template,
-                                                                                caplog):
-  workdir = tmp_path / "run"
-  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(workdir), "--config.num_epochs=6",
-                    "--config.checkpoint_every_steps=1", "--config.checkpoints_to_keep=1"])
-  _wait_for_training(process)
-  steps = []
-  try:
-    while process.poll() is None and len(steps) < 25:
-      if os.path.isdir(workdir / "checkpoints") and any(n.isdigit() for n in os.listdir(workdir / "checkpoints")):
-        state, _ = checkpoints.restore(checkpoints.existing(str(workdir), tiny_config()), template)
-        steps.append(int(state.step))
-  finally:
-    process.communicate(timeout=120)
-  assert process.returncode == 0 and len(steps) >= 5 and steps == sorted(steps), steps
-  assert not [r for r in caplog.records if "cannot be restored" in r.getMessage()]  # gone is not unreadable
-
-
-def test_a_checkpoints_file_in_the_workdir_is_refused_before_training(tmp_path, tiny_file):
-  workdir = tmp_path / "run"
-  workdir.mkdir()
-  (workdir / "checkpoints").write_text("x")
-  run = subprocess.run([sys.executable, "scripts/train.py", "--config", tiny_file, "--workdir", str(workdir)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-  assert run.returncode == 1
-  assert run.stderr.strip().splitlines()[-1] == (
-      f"error: {workdir}/checkpoints is not a directory, and the run saves its checkpoints there: move it away, or "
-      "train in another --workdir")
-  assert (workdir / "checkpoints").read_text() == "x"
-
-
-def test_a_save_that_fails_leaving_orbax_waiting_ends_the_run_in_bounded_time(tmp_path, tiny_file):
-  # checkpoints/ replaced by a file while the run trains: orbax's first save fails, and its threads then wait for
-  # signals the failed save never sends; the script still ends, with the one line that says why.
-  workdir = tmp_path / "run"
-  process = _start(["scripts/train.py", "--config", tiny_file, "--workdir", str(workdir),
-                    "--config.checkpoint_every_steps=1000", "--config.num_epochs=3"])
-  _wait_for_training(process)
-  shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
-  (workdir / "checkpoints").write_text("x")
-  started = time.monotonic()
-  _, stderr = process.communicate(timeout=120)
-  assert process.returncode == 1 and time.monotonic() - started < 60
-  assert stderr.strip().splitlines()[-1] == (
-      f"error: cannot save a checkpoint in {workdir}/checkpoints: NotADirectoryError: [Errno 20] Not a directory: "
-      f"'{workdir}/checkpoints/30.orbax-checkpoint-tmp'; make that path a writable directory, then rerun the same "
-      "command to resume from the last checkpoint")
-
-
-@pytest.mark.parametrize("error,remedy", [
-    (OSError(errno.ENOSPC, "No space left on device"), "free space, then rerun"),
-    (FileNotFoundError(errno.ENOENT, "No such file or directory"), "a file of the checkpoint went while it was "
-                                                                  "written (another process removing it?)"),
-    (ValueError("os_error_code='2' [tensorstore_spec…]"), "a file of the checkpoint went while it was written"),
-    (ValueError("Invalid argument"), "then rerun the same command")])
-def test_a_failed_save_names_its_cause_not_always_a_full_disk(error, remedy):
-  assert checkpoints._remedy(error).startswith(remedy)
 
 
 # Preemption.
@@ -651,113 +540,3 @@ def test_a_full_disk_stops_with_one_line(tmp_path, tiny_file, limit, where):
       f"{said} free space, then rerun the same command to resume from the last checkpoint"), run.stderr[-2000:]
   assert "Traceback" not in run.stderr and not re.search(r"^E\d{4} ", run.stderr, re.M)  # nor orbax's error logs
   assert "Exception" not in run.stderr  # nor a thread's or an exit handler's
-
-
-# Scripts.
-
-@pytest.mark.parametrize("content,message", [
-    (None, "error: no config file {path}"),
-    ("def get_config(:\n", "error: config file {path}, line 1: SyntaxError: invalid syntax"),
-    ("import no_such_module\n", "error: config file {path}, line 1: ModuleNotFoundError: No module named"),
-    ("def get_config():\n  return 1 / 0\n", "error: config file {path}, line 2: ZeroDivisionError: division by zero"),
-    ("x = 1\n", "error: config file {path}: it defines no get_config()"),
-    ("def get_config():\n  return dict(learning_rate=0.1)\n", "error: config file {path}: get_config() returned a "
-     "dict, not an ml_collections.ConfigDict: return alexnet_jax.config.paper_config() with your changes"),
-    ("def get_config():\n  c = 1\n", "error: config file {path}: get_config() returned None, not an "
-     "ml_collections.ConfigDict: is its return statement missing?"),
-    ("def get_config(size):\n  return size\n", "error: config file {path}: get_config() missing 1 required "
-     "positional argument: 'size': the scripts call get_config() without arguments"),
-    ("def get_config():\n  return 1\x00\n", "error: config file {path}: SyntaxError: source code string cannot "
-     "contain null bytes"),
-    ("import sys\ndef get_config():\n  sys.exit(3)\n",
-     "error: config file {path}, line 3: it calls sys.exit(3) instead of returning a config"),
-    # A typo of a key: ml_collections' "did you mean", without the whole config it lists after it.
-    ("from alexnet_jax.config import paper_config\ndef get_config():\n  c = paper_config()\n  c.lerning_rate = 1\n",
-     'error: config file {path}, line 4: AttributeError: Key "lerning_rate" does not exist and cannot be added since '
-     'the config is locked. Did you mean "learning_rate" instead of "lerning_rate"?'),
-])
-def test_a_missing_or_broken_config_file_gives_one_line(tmp_path, content, message):
-  path = tmp_path / "config.py"
-  if content is not None:
-    path.write_text(content)
-  run = subprocess.run([sys.executable, "scripts/train.py", "--config", str(path), "--workdir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-  assert run.returncode == 1
-  assert run.stderr.strip().splitlines() == [run.stderr.strip()]
-  assert run.stderr.strip().startswith(message.format(path=path)) and len(run.stderr) < 300
-
-
-def test_a_terminal_in_ascii_gets_escapes_not_an_error(tmp_path, tiny_file):
-  # The C locale: Python's standard streams in ASCII, as PYTHONIOENCODING=ascii would make them.
-  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LC_ALL", "LANG", "PYTHONUTF8")}
-  encoding = dict(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
-  run = subprocess.run([sys.executable, "scripts/train.py", "--config", tiny_file, "--workdir", str(tmp_path / "run"),
-                        "--config.num_epochs=0.2"], cwd=ROOT, capture_output=True, timeout=300, env=env | encoding)
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert b"steps 0\\u21922, workdir" in run.stdout and b"final eval: top-1" in run.stdout  # → as \u2192
-
-
-RUN_JSON_DAMAGE = {
-    "a list": (lambda d: [], "it holds a JSON list, not the object training writes"),
-    "a string": (lambda d: "run", "it holds a JSON str, not the object training writes"),
-    "3 of 10 classes": (lambda d: _set(d, "classes", ["a", "b", "c"]),
-                        "dataset.classes names 3 classes (3 different) for the 10 outputs of the network"),
-    "classes as a string": (lambda d: _set(d, "classes", "abcdefghij"),
-                            "dataset.classes is str 'abcdefghij', not a list of names"),
-    "a class twice": (lambda d: _set(d, "classes", ["a"] * 10),
-                      "dataset.classes names 10 classes (1 different) for the 10 outputs"),
-    "std 0": (lambda d: _set(d, "statistics", dict(d["dataset"]["statistics"], std=[0, 0, 0])),
-              "dataset.statistics.std is [0.0, 0.0, 0.0]: the images are divided by it, so each must be above 0"),
-    "mean of 2": (lambda d: _set(d, "statistics", dict(d["dataset"]["statistics"], mean=[0.5, 0.5])),
-                  "dataset.statistics.mean is [0.5, 0.5]: 3 finite numbers expected"),
-}
-
-
-def _set(description, key, value):
-  description["dataset"][key] = value
-  return description
-
-
-@pytest.mark.parametrize("damage", RUN_JSON_DAMAGE)
-def test_a_run_json_that_training_could_not_have_written_is_refused_in_one_line(finished, tmp_path, damage):
-  workdir = tmp_path / "run"
-  shutil.copytree(finished[0], workdir)
-  change, message = RUN_JSON_DAMAGE[damage]
-  (workdir / "run.json").write_text(json.dumps(change(json.load(open(workdir / "run.json")))))
-  with pytest.raises(ValueError, match=re.escape(f"{workdir}/run.json cannot be read (ValueError: {message}")):
-    run_file.read(str(workdir))
-  if damage == "a list":  # the scripts say it in one line
-    for script, more in (("evaluate.py", []), ("predict.py", [str(workdir)]), ("export.py", ["--out", "x"])):
-      result = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", str(workdir), *more],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
-      assert result.returncode == 1 and result.stderr.strip().splitlines() == [
-          f"error: {workdir}/run.json cannot be read (ValueError: {message}): it is not what training wrote"]
-
-
-@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py", "predict.py"])
-def test_read_only_scripts_refuse_an_unknown_workdir_and_create_nothing(tmp_path, script):
-  typo = tmp_path / "rnus" / "demo"
-  more = {"export.py": ["--out", str(tmp_path / "x")], "predict.py": [ROOT]}.get(script, [])
-  run = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", str(typo), *more], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-  assert run.returncode == 1
-  assert run.stderr.strip().splitlines()[-1] == f"error: --workdir {typo} is not a directory: pass the workdir of a " \
-                                                "training run"
-  assert "Traceback" not in run.stderr and os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("script", ["evaluate.py", "visualize.py", "export.py"])
-def test_scripts_that_cannot_write_their_output_say_so_in_one_line(finished, tmp_path, script):
-  workdir = str(tmp_path / "run")
-  shutil.copytree(finished[0], workdir)
-  os.remove(os.path.join(workdir, "curves.png"))
-  os.mkdir(os.path.join(workdir, "curves.png"))  # visualize cannot write its picture over a directory
-  where = {"evaluate.py": ["--out", "/proc/alexnet_jax_eval.json"], "visualize.py": [],
-           "export.py": ["--out", "/proc/alexnet_jax.artifact"]}[script]
-  run = subprocess.run([sys.executable, f"scripts/{script}", "--workdir", workdir, *where], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
-  assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
-  last = run.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: ") and (where[-1] if where else "curves.png") in last, last
-  if script == "evaluate.py":  # what it computed is not lost
-    assert last.endswith("; the results are above") and "top-1 accuracy" in run.stdout
