@@ -78,6 +78,16 @@ def close(got, want, dtype):
                              atol=tol["atol"] * max(1.0, float(np.abs(want).max())))
 
 
+def assert_float64_close(make, x, y, g, dtype):
+  """y and g, the op's value and gradient of `make(backend)` at x, against the XLA reference's in float64."""
+  with jax.enable_x64():
+    x64 = jnp.asarray(x, jnp.float64)
+    want_y = np.asarray(make("xla")(x64))
+    want_g = np.asarray(jax.grad(functools.partial(loss, make("xla")))(x64))
+  close(y, want_y, dtype)
+  close(g, want_g, dtype)
+
+
 @pytest.mark.parametrize("shape,size,stride,padding", CASES)
 def test_references_are_the_definition(shape, size, stride, padding):
   x = np.random.default_rng(sum(shape)).normal(size=shape)
@@ -149,12 +159,7 @@ def test_ops_value_and_gradient_match_float64(name, backend, dtype):
   y = jax.jit(make(backend))(jnp.asarray(x))
   g = jax.jit(jax.grad(functools.partial(loss, make(backend))))(jnp.asarray(x))
   assert y.dtype == g.dtype == jnp.dtype(dtype)
-  with jax.enable_x64():
-    x64 = jnp.asarray(x, jnp.float64)
-    want_y = np.asarray(make("xla")(x64))
-    want_g = np.asarray(jax.grad(functools.partial(loss, make("xla")))(x64))
-  close(y, want_y, dtype)
-  close(g, want_g, dtype)
+  assert_float64_close(make, x, y, g, dtype)
 
 
 @pytest.mark.parametrize("name", ["avg_pool", "global_avg_pool"])
@@ -236,9 +241,4 @@ def test_compiled_kernels_on_cuda_match_float64(name, shape, dtype):
   x = jax.random.normal(jax.random.key(0), shape, dtype)
   y = jax.jit(make("triton"))(x)
   g = jax.jit(jax.grad(functools.partial(loss, make("triton"))))(x)
-  with jax.enable_x64():
-    x64 = jnp.asarray(x, jnp.float64)
-    want_y = np.asarray(make("xla")(x64))
-    want_g = np.asarray(jax.grad(functools.partial(loss, make("xla")))(x64))
-  close(y, want_y, dtype)
-  close(g, want_g, dtype)
+  assert_float64_close(make, x, y, g, dtype)
