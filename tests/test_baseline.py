@@ -56,8 +56,9 @@ def test_baseline_computes_our_networks_function(model_devices):
     np.testing.assert_allclose(g / scale, want / scale, atol=1e-4, err_msg=jax.tree_util.keystr(path))
 
 
-# LRN and 7×7/2, 5×5/2; 3×3 stacks; both end in 2×2 maps, so fc6 reads its rows in the baseline's (H, W, C) order
-@pytest.mark.parametrize("name, size", [("zfnet", 96), ("vgg11", 64)])
+# LRN and 7×7/2, 5×5/2; 3×3 stacks; both end in 2×2 maps, so fc6 reads its rows in the baseline's (H, W, C) order;
+# NiN's 1×1 convolutions and its global average pool over 2×2 maps in place of fc layers
+@pytest.mark.parametrize("name, size", [("zfnet", 96), ("vgg11", 64), ("nin", 96)])
 def test_baseline_of_a_one_tower_table_computes_our_network(name, size):
   net_table = table.get_network(name, num_classes=10, width=1 / 16, towers=1, lrn_alpha_over_n=False)
   net = Network(net_table, weight_init="he", backend="xla")
@@ -74,4 +75,12 @@ def test_the_pytorch_network_is_the_paper_s_table():
   model = torch_step.build(alexnet(), 224)
   assert sum(p.numel() for p in model.parameters()) == 60_965_224
   assert [m.groups for m in model if isinstance(m, torch.nn.Conv2d)] == [1, 2, 1, 2, 2]  # conv3 reads both towers
+  assert model.eval()(torch.zeros(2, 3, 224, 224)).shape == (2, 1000)
+
+
+def test_the_pytorch_network_in_network_is_its_table():
+  torch = pytest.importorskip("torch")
+  model = torch_step.build(table.get_network("nin"), 224)
+  assert sum(p.numel() for p in model.parameters()) == 7_595_176
+  assert isinstance(model[-2], torch.nn.AdaptiveAvgPool2d)  # the logits: each class's map averaged
   assert model.eval()(torch.zeros(2, 3, 224, 224)).shape == (2, 1000)

@@ -1,7 +1,8 @@
 """On a CUDA GPU (`pytest -m gpu`): a cuda artifact with the Triton kernels inside, exported here, serialised, loaded
 and run equal to the live model; AlexNet's training step on the kernels the update narrowed equal to the step
-converting them; VGG-16's kernels at its own shapes against float64, and its train step with the
-kernels agreeing with XLA's in float32 and as close to the float32 step as XLA's in bfloat16.
+converting them; VGG-16's and Network in Network's kernels at their own shapes against float64, and their train
+steps with the kernels agreeing with XLA's in float32 (VGG-16's also as close to the float32 step as XLA's in
+bfloat16).
 
   TRITON_INTERPRET=0 pytest -m gpu tests/test_gpu_networks.py
 
@@ -20,7 +21,7 @@ from alexnet_jax import export
 from alexnet_jax.config import paper_config
 from alexnet_jax.data import device_batches
 from alexnet_jax.measure import kernel_checks
-from alexnet_jax.network.table import vgg16
+from alexnet_jax.network.table import nin, vgg16
 from alexnet_jax.training import train
 
 # The float64 checks of VGG-16's layers see its channels and sizes at any batch: 8 images keep them to about a minute.
@@ -80,8 +81,13 @@ def test_alexnet_step_on_the_kernels_the_update_narrowed_gives_the_converting_st
   jax.tree.map(np.testing.assert_array_equal, steps.leave(state).params, reference.params)
 
 
-@pytest.mark.parametrize("case", kernel_checks.table_cases(vgg16(), 224, BATCH), ids=lambda c: c.name)
-def test_kernel_matches_float64_at_vgg16_shape(case):
+CASES = [(name, case) for name, table in (("vgg16", vgg16()), ("nin", nin()))
+         for case in kernel_checks.table_cases(table, 224, BATCH)]
+
+
+@pytest.mark.parametrize("network, case", CASES, ids=[f"{name}-{case.name}" for name, case in CASES])
+def test_kernel_matches_float64_at_the_network_s_shape(network, case):
+  del network
   rows = kernel_checks.check(case, "triton", jax.random.key(0))
   bad = [f"{r['precision']}: {r['errors']} (bound {kernel_checks.BOUNDS[r['precision']]:.1e})" for r in rows
          if not r["ok"]]
@@ -89,10 +95,10 @@ def test_kernel_matches_float64_at_vgg16_shape(case):
 
 
 @functools.cache  # the float32 XLA step is the reference of both tests: compiled and run once
-def vgg16_step(dtype, backend):
-  """(loss per image, the parameter update as one float64 vector) of VGG-16's first train step."""
+def network_step(network, dtype, backend):
+  """(loss per image, the parameter update as one float64 vector) of a one-tower network's first train step."""
   config = paper_config()
-  config.network, config.towers, config.mesh.model, config.weight_init = "vgg16", 1, 1, "he"
+  config.network, config.towers, config.mesh.model, config.weight_init = network, 1, 1, "he"
   config.dtype, config.kernel_backend, config.batch_size = dtype, backend, STEP_BATCH
   setup = train.make_setup(config, 1000, 1_281_167)
   state = train.create_train_state(setup, jax.random.key(0))
@@ -103,9 +109,11 @@ def vgg16_step(dtype, backend):
   return float(metrics["loss"]) / float(metrics["count"]), update
 
 
-def test_vgg16_train_step_with_the_kernels_agrees_with_xla_in_float32():
+@pytest.mark.parametrize("network", ["vgg16", "nin"])
+def test_train_step_with_the_kernels_agrees_with_xla_in_float32(network):
   # The bounds of scripts/dev/verify_kernels.py's model check: loss within 1 %, parameter update within 5e-2.
-  (loss_xla, update_xla), (loss_triton, update_triton) = (vgg16_step("float32", b) for b in ("xla", "triton"))
+  (loss_xla, update_xla), (loss_triton, update_triton) = (network_step(network, "float32", b)
+                                                          for b in ("xla", "triton"))
   assert abs(loss_triton - loss_xla) < 1e-2 * abs(loss_xla)
   assert kernel_checks.rel(update_triton, update_xla) < 5e-2
 
@@ -114,7 +122,8 @@ def test_vgg16_train_step_with_the_kernels_in_bfloat16_is_as_close_to_float32_as
   # Two bf16 steps through 16 layers differ by their roundings alone: ours and the xla backend's, which computes in
   # bf16 as plain XLA does, were 8.4 % apart in the update (one H200, 2026-12-01). Each is measured against the
   # float32 step instead: ours may stray from it no further than 1.5× the xla backend's bf16 step does.
-  loss32, update32 = vgg16_step("float32", "xla")
-  (loss_xla, update_xla), (loss_triton, update_triton) = (vgg16_step("bfloat16", b) for b in ("xla", "triton"))
+  loss32, update32 = network_step("vgg16", "float32", "xla")
+  (loss_xla, update_xla), (loss_triton, update_triton) = (network_step("vgg16", "bfloat16", b)
+                                                          for b in ("xla", "triton"))
   assert abs(loss_triton - loss32) < max(1e-2 * abs(loss32), 1.5 * abs(loss_xla - loss32))
   assert kernel_checks.rel(update_triton, update32) < 1.5 * kernel_checks.rel(update_xla, update32)

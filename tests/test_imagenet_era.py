@@ -1,5 +1,6 @@
-"""ZFNet, VGG-11 and VGG-16 as layer tables on the CHWN ops: the published parameter counts and maps, one tower and
-so no tower collectives, and each config's train step fitting a batch of the demo data at reduced width."""
+"""ZFNet, VGG-11, VGG-16 and Network in Network as layer tables on the CHWN ops: the published parameter counts and
+maps, one tower and so no tower collectives, and each config's train step fitting a batch of the demo data at reduced
+width."""
 
 import functools
 import math
@@ -44,6 +45,11 @@ def test_parameter_counts_are_the_published_ones():
   # Zeiler & Fergus publish no count: it follows from their Figure 3, filters (in × k × k → out) then 6×6×256 → fc.
   convs = [(3, 7, 96), (96, 5, 256), (256, 3, 384), (384, 3, 384), (384, 3, 256)]
   assert count(network("zfnet")) == sum(c * k * k * f + f for c, k, f in convs) + dense(6 * 6 * 256, 4096, 4096, 1000)
+  # Lin, Chen & Yan publish no count either; their released ImageNet model's layers (in × k × k → out) give it, and
+  # its 29 MB of float32 weights.
+  convs = [(3, 11, 96), (96, 1, 96), (96, 1, 96), (96, 5, 256), (256, 1, 256), (256, 1, 256), (256, 3, 384),
+           (384, 1, 384), (384, 1, 384), (384, 3, 1024), (1024, 1, 1024), (1024, 1, 1000)]
+  assert count(network("nin")) == sum(c * k * k * f + f for c, k, f in convs) == 7_595_176
 
 
 def test_maps_are_the_papers():
@@ -56,25 +62,31 @@ def test_maps_are_the_papers():
                                                          (512, 28, 28), (512, 14, 14)]
   assert vgg["fc6"][:3] == (512, 7, 7)
   assert not any(layer.kind == "lrn" for layer in network("vgg16").layers)
+  nin = layer_shapes(network("nin"), 224)
+  assert [nin.inputs[f"pool{i}"][:3] for i in range(1, 4)] == [(96, 55, 55), (256, 27, 27), (384, 13, 13)]
+  assert nin.inputs["conv2"][1:3] == (27, 27) and nin.inputs["conv4-1024"][1:3] == (6, 6)  # Caffe's from pool1 on
+  assert nin.inputs["pool4"][:3] == (1000, 6, 6) and nin.outputs["pool4"] == (1000, 1)  # the logits, one map a class
 
 
-@pytest.mark.parametrize("name", ["zfnet", "vgg11", "vgg16"])
+@pytest.mark.parametrize("name", ["zfnet", "vgg11", "vgg16", "nin"])
 def test_one_tower_networks_refuse_towers(name):
   with pytest.raises(ValueError, match=f"{name} is a one-tower network.*config.towers=1"):
     table.get_network(name, num_classes=10, width=1.0, towers=2, lrn_alpha_over_n=False)
 
 
 def reduced_config(name):
-  """configs/<name>.py at 1/16 width on the demo's procedural data, over both CPU devices (its mesh.data=-1)."""
+  """configs/<name>.py at 1/16 width (NiN's 1/8) on the demo's procedural data, over both CPU devices (its mesh.data=-1)."""
   config = runpy.run_path(os.path.join(ROOT, "configs", f"{name}.py"))["get_config"]()
-  config.width, config.image_size = 1 / 16, 64 if name == "zfnet" else 32  # VGG's five pools: 32 → 1
+  config.width, config.image_size = 1 / 16, 32 if name.startswith("vgg") else 64  # VGG's five pools: 32 → 1
+  if name == "nin":  # at 1/16 its 6-map stages, dropout after the third, learnt little in 60 steps
+    config.width = 1 / 8
   config.weight_init = "he"  # zfnet's N(0, 0.01) needs many more steps to leave its starting plateau
   config.dataset.name, config.dataset.num_classes, config.dataset.num_train_examples = "procedural", 10, 1000
   config.batch_size = 16
   return config
 
 
-@pytest.mark.parametrize("name", ["zfnet", "vgg11", "vgg16"])
+@pytest.mark.parametrize("name", ["zfnet", "vgg11", "vgg16", "nin"])
 def test_config_trains_on_the_demo_data_without_tower_collectives(name):
   config = reduced_config(name)
   dataset = get_dataset(config)

@@ -167,6 +167,26 @@ def test_two_tower_model_on_two_devices_runs_the_kernels():
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(jnp.abs(w).max()))
 
 
+def test_network_in_network_runs_the_kernels():
+  # NiN at width 1/16 on 64×64 (its maps 15, 7, 3, 1): its 1×1 convolutions and global average pool under the
+  # interpreter give the XLA network's loss and gradients.
+  from alexnet_jax.network.model import Network  # noqa: PLC0415
+  from alexnet_jax.network.table import nin  # noqa: PLC0415
+
+  layers = nin(num_classes=10, width=0.0625)
+  x = jax.random.normal(jax.random.key(1), (3, 64, 64, 2))
+  params = jax.jit(Network(layers, weight_init="he").init)(jax.random.key(0), x)["params"]
+  results = []
+  for backend in ("xla", "interpret"):
+    net = Network(layers, weight_init="he", backend=backend)
+    with jax.default_matmul_precision("highest"):
+      results.append(jax.jit(jax.value_and_grad(lambda p: (net.apply({"params": p}, x) ** 2).mean()))(params))
+  (want, want_g), (got, got_g) = results
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(jnp.abs(w).max()))
+
+
 def test_training_crops_kernel_equals_the_data_s_device_augmentation():
   # The input kernel against XLA's crop, flip, colour shift and normalise, transposed to CHWN: float32 to its
   # rounding, float16 to one rounding of the same value; ragged sizes (N = 5, 13-pixel crops of 20-pixel images).

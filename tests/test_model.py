@@ -160,6 +160,8 @@ def test_bad_tables_and_names_are_refused():
   with pytest.raises(ValueError, match="6 filters do not split over 4 towers"):
     Table((conv, fc), towers=4)
   with pytest.raises(ValueError, match="must end with fc layers"):
+    Table((conv, Layer("p", "pool", size=2)))
+  with pytest.raises(ValueError, match=r"layer p reads \(C, H, W, N\) maps, but f left \(features, N\)"):
     Table((conv, fc, Layer("p", "pool", size=2)))
   with pytest.raises(ValueError, match="split='sum' needs per-tower inputs"):
     Table((fc,))

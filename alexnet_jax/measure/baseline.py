@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.network import placement
 from alexnet_jax.network.interchange import to_torch
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Layer, Table, initial_weights
 
@@ -41,7 +42,6 @@ class PlainNetwork(nn.Module):
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
-    towers = self.table.towers
     plan = placement.plan(self.table, model=lax.axis_size(self.tower_axis) if self.tower_axis else 1)
     x = x.astype(self.dtype)
     for p in plan.layers:
@@ -51,36 +51,13 @@ class PlainNetwork(nn.Module):
       with jax.named_scope(layer.name):
         if p.read:  # every tower's maps or features, gathered over the devices
           x = lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True)
-        if layer.kind == "conv":
-          kernel, bias = self._weights(layer, (layer.size, layer.size, x.shape[-1] // p.blocks,
-                                               layer.filters // towers * p.towers))
-          pad = layer.padding
-          x = lax.conv_general_dilated(x, kernel, (layer.stride, layer.stride), ((pad, pad), (pad, pad)),
-                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=p.blocks)
-          x = _relu(x + bias, layer.relu)
-        elif layer.kind == "fc" and layer.split == "sum":  # own tower's features by own rows, summed over towers
-          x = x.reshape(x.shape[0], -1)
-          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters))
-          x = jnp.dot(x, kernel, preferred_element_type=jnp.float32)
-          x = _relu((lax.psum(x, self.tower_axis) if p.reduce else x) + bias, layer.relu)
-        elif layer.kind == "fc":
-          x = x.reshape(x.shape[0], -1)
-          kernel, bias = self._weights(layer, (x.shape[-1], layer.filters // towers * p.towers))
-          x = _relu(jnp.dot(x, kernel) + bias, layer.relu)
-        elif layer.kind == "lrn":
-          x = lrn(x, layer, groups=p.blocks)
-        elif layer.kind == "pool":
-          x = lax.reduce_window(x, -jnp.inf, lax.max, (1, layer.size, layer.size, 1),
-                                (1, layer.stride, layer.stride, 1), "VALID")
-        elif layer.kind == "dropout" and train:
-          key = self.make_rng("dropout")
-          key = jax.random.fold_in(key, lax.axis_index(self.tower_axis)) if self.tower_axis else key
-          x = jnp.where(jax.random.bernoulli(key, 1.0 - layer.rate, x.shape), x / (1.0 - layer.rate), 0)
+        x = kind_of(layer).plain(self, p, x, train)
     if plan.gather_output:  # the last layer split its outputs over towers: every device needs all
       x = lax.all_gather(x, self.tower_axis, axis=x.ndim - 1, tiled=True, to="invarying")
     return x.astype(jnp.float32)
 
-  def _weights(self, layer: Layer, shape: tuple[int, ...]):
+  def weights(self, layer: Layer, shape: tuple[int, ...]):
+    """The layer's kernel of `shape` and its bias, in the compute dtype."""
     kernel, bias = Weights(layer, shape, self.weight_init, name=layer.name)()
     return kernel.astype(self.dtype), bias.astype(self.dtype)
 
@@ -97,20 +74,6 @@ class Weights(nn.Module):
     std, bias_init = initial_weights(self.layer, int(np.prod(self.shape[:-1])), self.weight_init)
     kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.shape)
     return kernel, self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), (self.shape[-1],))
-
-
-def _relu(x, on: bool):
-  return jax.nn.relu(x) if on else x
-
-
-def lrn(x, layer: Layer, groups: int = 1):
-  """The paper's LRN across channels (NHWC), each of `groups` channel blocks on its own, in the activation dtype."""
-  n = layer.size
-  squares = jnp.square(x).reshape(*x.shape[:-1], groups, x.shape[-1] // groups)
-  sums = lax.reduce_window(squares, 0.0, lax.add, (1, 1, 1, 1, n), (1,) * 5,
-                           ((0, 0),) * 4 + ((n // 2, (n - 1) // 2),)).reshape(x.shape)
-  alpha = layer.alpha / n if layer.alpha_over_n else layer.alpha
-  return x * (layer.k + alpha * sums) ** -layer.beta
 
 
 def param_specs(plan: placement.Plan, params, tower_axis: str | None = "model"):

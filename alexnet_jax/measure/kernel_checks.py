@@ -22,6 +22,7 @@ import numpy as np
 
 from alexnet_jax import ops
 from alexnet_jax.measure.kernel_shapes import tower_convs, tower_maps
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.table import Table, alexnet
 
 BOUNDS = {"bfloat16": 2.0 ** -8, "tf32": 5e-3, "float32": 1e-3}
@@ -52,17 +53,14 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
     conv = functools.partial(ops.conv2d, stride=s.stride, padding=s.padding)
     found.append(Case(s.name, conv, (s.x, s.w, (s.w[-1],))))
   for name, (layer, shape) in tower_maps(table, image_size, batch).items():
-    if layer.kind == "pool":
-      op = functools.partial(ops.max_pool, size=layer.size, stride=layer.stride)
-      found.append(Case(name, op, (shape,)))
+    kind = kind_of(layer)
+    found.append(Case(name, kind.op(layer), (shape,)))
+    if not kind.fuses:
       continue
-    op = functools.partial(ops.lrn, k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta,
-                           alpha_over_n=layer.alpha_over_n, groups=1)
-    found.append(Case(name, op, (shape,)))
     # With the ReLU of the conv before it, as the model runs it; its mask reads the input itself, exact everywhere.
-    found.append(Case(f"{name}+relu", functools.partial(op, relu=True), (shape,)))
+    found.append(Case(f"{name}+relu", kind.op(layer, relu=True), (shape,)))
     pool = following.get(name)
-    if pool is not None and pool.kind == "pool":  # as the model runs them: one op (ops.lrn_max_pool)
+    if pool is not None and pool.kind in kind.fuses:  # as the model runs them: one op (ops.lrn_max_pool)
       lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
                  groups=1, relu=True)
       fused = functools.partial(ops.lrn_max_pool, size=pool.size, stride=pool.stride, **lrn)

@@ -4,6 +4,7 @@ benchmarks run on (AlexNet's by default)."""
 
 import dataclasses
 
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Layer, Table, alexnet
 from triton_kernels.launch import out_size
@@ -27,13 +28,17 @@ class ConvShape:
     return 2 * f * oh * ow * n * cg * kh * kw
 
 
+def _is_conv(layer: Layer) -> bool:
+  return layer.weighted and not kind_of(layer).flat
+
+
 def tower_convs(table: Table, image_size: int = 224, batch: int = 128) -> list[ConvShape]:
   """One tower's share of each conv layer of a table (a layer reading every tower, as AlexNet's conv3, reads all of
   their maps)."""
   shapes = layer_shapes(table, image_size, batch)
   convs = []
   for layer in table.layers:
-    if layer.kind == "conv":
+    if _is_conv(layer):
       w = shapes.params[layer.name]["kernel"][1:]  # the tower's kernel: its input channels are what it reads
       convs.append(ConvShape(layer.name, (w[0], *shapes.inputs[layer.name][1:]), w, layer.stride, layer.padding))
   return convs
@@ -45,7 +50,7 @@ def grouped_convs(table: Table, image_size: int = 224, batch: int = 128) -> list
   shapes = layer_shapes(table, image_size, batch)
   convs = []
   for layer in table.layers:
-    if layer.kind == "conv":
+    if _is_conv(layer):
       towers, cin, kh, kw, f = shapes.params[layer.name]["kernel"]
       x = shapes.inputs[layer.name]
       convs.append(ConvShape(layer.name, x, (cin, kh, kw, towers * f), layer.stride, layer.padding, x[0] // cin))
@@ -53,22 +58,23 @@ def grouped_convs(table: Table, image_size: int = 224, batch: int = 128) -> list
 
 
 def tower_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[str, tuple[Layer, tuple]]:
-  """One tower's inputs of a table's pools and LRNs, with their layers."""
+  """One tower's inputs of a table's layers that run kernels on maps (pools, LRNs: a kind with an `op`), with
+  their layers."""
   inputs = layer_shapes(table, image_size, batch).inputs
   maps = {}
   for layer, blocks in zip(table.layers, table.tower_blocks()):
-    if layer.kind in ("lrn", "pool"):
+    if kind_of(layer).op:
       c, *rest = inputs[layer.name]
       maps[layer.name] = (layer, (c // table.towers if blocks else c, *rest))
   return maps
 
 
 def grouped_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[str, tuple[Layer, tuple, int]]:
-  """Each pool's and LRN's input with every tower on one device, with its layer and groups: an LRN normalises each
-  tower's channels apart (towers groups); a layer after one that reads every tower sees one group."""
+  """Each map layer's input (as tower_maps) with every tower on one device, with its layer and groups: an LRN
+  normalises each tower's channels apart (towers groups); a layer after one that reads every tower sees one group."""
   inputs = layer_shapes(table, image_size, batch).inputs
   return {layer.name: (layer, inputs[layer.name], table.towers if blocks else 1)
-          for layer, blocks in zip(table.layers, table.tower_blocks()) if layer.kind in ("lrn", "pool")}
+          for layer, blocks in zip(table.layers, table.tower_blocks()) if kind_of(layer).op}
 
 
 def alexnet_convs(batch: int = 128) -> list[ConvShape]:

@@ -132,10 +132,6 @@ def train_flops_per_image(table: Table, image_size: int) -> int:
   included, as MFU figures usually count it). Pools, LRN, the loss and the update are left out."""
   shapes = layer_shapes(table, image_size)
   macs = 0
-  for layer in table.layers:
-    if layer.kind == "conv":  # every kernel weight meets every output position once
-      _, out_h, out_w, _ = shapes.outputs[layer.name]
-      macs += math.prod(shapes.params[layer.name]["kernel"]) * out_h * out_w
-    elif layer.kind == "fc":
-      macs += math.prod(shapes.params[layer.name]["kernel"])
+  for layer in table.weighted():  # every kernel weight meets every output position once (an fc layer's: one)
+    macs += math.prod(shapes.params[layer.name]["kernel"]) * math.prod(shapes.outputs[layer.name][1:-1])
   return 3 * 2 * macs

@@ -15,11 +15,11 @@ does not need it, the GPU image has it.
 
 import contextlib
 import gc
-import math
 import signal
 import statistics
 import time
 
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Table
 
@@ -31,41 +31,12 @@ WARMUP = 5  # compiles, recompiles once the momentum exists, and lets CUDA graph
 
 def build(table: Table, image_size: int):
   """The table as a torch.nn.Sequential (on the CPU, float32); its parameters number what our network's do."""
-  import torch  # noqa: PLC0415
   from torch import nn  # noqa: PLC0415
 
-  class TowerLRN(nn.Module):
-    """LRN over each tower's channels apart, as the paper's GPUs normalised their own maps."""
-
-    def __init__(self, towers: int, lrn: nn.Module):
-      super().__init__()
-      self.towers, self.lrn = towers, lrn
-
-    def forward(self, x):
-      return torch.cat([self.lrn(t) for t in x.chunk(self.towers, dim=1)], dim=1)
-
   shapes = layer_shapes(table, image_size)
-  modules, channels = [], 3
+  modules = []
   for layer, blocks in zip(table.layers, table.tower_blocks()):
-    towers = table.towers if blocks else 1  # the maps' tower blocks
-    if layer.kind == "conv":
-      groups = towers if layer.inputs == "tower" else 1
-      modules.append(nn.Conv2d(channels, layer.filters, layer.size, layer.stride, layer.padding, groups=groups))
-      channels = layer.filters
-    elif layer.kind == "fc":
-      if not any(isinstance(m, nn.Flatten) for m in modules):
-        modules.append(nn.Flatten())
-      modules.append(nn.Linear(math.prod(shapes.params[layer.name]["kernel"]) // layer.filters, layer.filters))
-    elif layer.kind == "lrn":  # torch divides α by the window: undo it where the table's α is not
-      alpha = layer.alpha if layer.alpha_over_n else layer.alpha * layer.size
-      lrn = nn.LocalResponseNorm(layer.size, alpha, layer.beta, layer.k)
-      modules.append(TowerLRN(towers, lrn) if towers > 1 else lrn)
-    elif layer.kind == "pool":
-      modules.append(nn.MaxPool2d(layer.size, layer.stride, layer.padding))
-    elif layer.kind == "dropout":
-      modules.append(nn.Dropout(layer.rate))
-    if layer.kind in ("conv", "fc") and layer.relu:
-      modules.append(nn.ReLU(inplace=True))
+    modules += kind_of(layer).torch(layer, nn, shapes.inputs[layer.name], table.towers if blocks else 1)
   return nn.Sequential(*modules)
 
 

@@ -10,6 +10,7 @@ are laid out, so every split='out' layer converts the same way whatever its `inp
 import jax.numpy as jnp
 import numpy as np
 
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import Layer, Table
 
@@ -83,7 +84,7 @@ def to_torch(params, table: Table) -> dict[str, np.ndarray]:
     except ValueError as e:
       problems.append(str(e))
       continue
-    ndim = 5 if layer.kind == "conv" else 3
+    ndim = 3 if kind_of(layer).flat else 5  # (towers, C_in, KH, KW, F) or (towers, F_in, F)
     t, out = kernel.shape[0], kernel.shape[-1]
     want_bias = (out,) if layer.split == "sum" else (t, out)
     if kernel.ndim != ndim or bias.shape != want_bias:

@@ -22,9 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from alexnet_jax import ops
-from alexnet_jax.network import placement
-from alexnet_jax.network.placement import GATHER, GATHER_SLICES, OWN_SLICES, OWN_TOWERS, SLICES, TOWERS, LayerPlan
+from alexnet_jax.network import layers, placement
+from alexnet_jax.network.placement import GATHER, GATHER_SLICES, OWN_SLICES, OWN_TOWERS, LayerPlan
 from alexnet_jax.network.table import Layer, Table, initial_weights
 
 
@@ -32,15 +31,6 @@ def _fan_in(shape, split: str) -> int:
   if len(shape) == 5:  # conv (towers, C_in, KH, KW, F)
     return shape[1] * shape[2] * shape[3]
   return shape[0] * shape[1] if split == "sum" else shape[1]
-
-
-def _pool_after(plan, i: int) -> Layer | None:
-  """Layer i + 1, if it is a max-pool that takes layer i's output as it lies (no read, no gather between them)."""
-  if i + 1 < len(plan.layers):
-    after = plan.layers[i + 1]
-    if after.layer.kind == "pool" and not after.read and not after.gather_batch:
-      return after.layer
-  return None
 
 
 class TowerWeights(nn.Module):
@@ -64,7 +54,9 @@ class Network(nn.Module):
   """Applies a layer table to CHWN images (3, H, W, N) and returns logits (N, classes) in float32.
 
   With `tower_axis` naming a manual mesh axis, each layer runs where the table's placement puts it on that axis
-  (placement.plan for the axis's size); without one, every tower runs here.
+  (placement.plan for the axis's size); without one, every tower runs here. Each layer runs as its kind says
+  (network/layers), in the ops that layers.steps makes of the plan; the kinds use the services below: a layer's
+  weights, the devices of the tower axis, this device's rows of the batch.
   """
 
   table: Table
@@ -76,58 +68,53 @@ class Network(nn.Module):
   weight_init: str = "paper"
   backend: str = "auto"  # the ops' backend (ops.BACKENDS); sharding.sharded_apply resolves 'auto' network-wide
 
-  def _slices(self) -> int:
-    """Devices on the tower axis (1 without one)."""
-    return lax.axis_size(self.tower_axis) if self.tower_axis else 1
-
   @nn.compact
   def __call__(self, x, *, train: bool = False):
-    plan = placement.plan(self.table, model=self._slices())
+    plan = placement.plan(self.table, model=self.slices())
     activations = {}
     x = x.astype(self.dtype)
-    relu_pending = False  # a conv left its ReLU to the LRN or pool after it
-    pooled = None  # an LRN's output pooled by the pool after it (ops.lrn_max_pool)
-    for i, p in enumerate(plan.layers):
-      layer = p.layer
-      with jax.named_scope(layer.name):
+    for step in layers.steps(plan.layers):
+      p = step.plan
+      with jax.named_scope(p.layer.name):
         if p.gather_batch:  # 'data' layers end: every device needs its data shard's batch
           x = self._gather(x, axis=x.ndim - 1)
         x = self._read(x, p.read)
-        if layer.kind == "conv":
-          # Before an LRN or a pool the ReLU goes into that layer's kernels, whose backward then masks the gradient
-          # as it writes it: the conv's backward needs no pass of its own over its output for that (ops.lrn,
-          # ops.max_pool).
-          following = plan.layers[i + 1].layer.kind if i + 1 < len(plan.layers) else None
-          relu_pending = layer.relu and following in ("lrn", "pool")
-          x = self._conv(p, x, relu=layer.relu and not relu_pending)
-        elif layer.kind == "fc" and layer.split == "sum":
-          x = self._fc_sum(p, x)
-        elif layer.kind == "fc":
-          x = self._fc(p, x)
-        elif layer.kind == "lrn":
-          lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
-                     groups=p.blocks, relu=relu_pending, backend=self.backend)
-          pool = _pool_after(plan, i)
-          if pool:
-            # One op for both: the normalised map, the largest array of the step, never leaves its kernels. The
-            # LRN's output alone is computed only where the intermediates are kept.
-            pooled = ops.lrn_max_pool(x, size=pool.size, stride=pool.stride, **lrn)
-            x = ops.lrn(x, **lrn) if self.is_mutable_collection("intermediates") else None
-          else:
-            x = ops.lrn(x, **lrn)
-          relu_pending = False
-        elif layer.kind == "pool" and pooled is not None:
-          x, pooled = pooled, None
-        elif layer.kind == "pool":
-          x = ops.max_pool(x, size=layer.size, stride=layer.stride, relu=relu_pending, backend=self.backend)
-          relu_pending = False
-        elif layer.kind == "dropout" and train:
-          x = self._dropout(p, x)
-      activations[layer.name] = jax.nn.relu(x) if relu_pending else x  # what the layer table says it outputs
+        kind = layers.kind_of(p.layer)
+        if len(step.plans) == 1:
+          outputs = (kind.run(self, step, x, train),)
+        else:
+          outputs = kind.fuses[step.plans[1].layer.kind](self, step, x)
+      x = outputs[-1]
+      for q, out in zip(step.plans, outputs):  # what the layer table says each layer outputs
+        activations[q.layer.name] = jax.nn.relu(out) if step.relu_out else out
     self.sow("intermediates", "activations", activations)  # kept when applied with mutable=["intermediates"]
     # The last layer split its outputs: every device needs all logits.
     x = self._read(x, placement.gather_reads(plan.layers[-1].output), to="invarying")
     return x.astype(jnp.float32).T
+
+  def slices(self) -> int:
+    """Devices on the tower axis (1 without one)."""
+    return lax.axis_size(self.tower_axis) if self.tower_axis else 1
+
+  def device_index(self):
+    """This device's index on the tower axis."""
+    return lax.axis_index(self.tower_axis)
+
+  def weights(self, p: LayerPlan, kernel_shape: tuple[int, ...]):
+    """The layer's kernel and bias, varying over the mesh axes that split its batch: their gradients are then summed
+    over those devices as they are, in float32, not in the compute dtype they are converted to for reading."""
+    weights = TowerWeights(p.layer, kernel_shape, self.weight_init, name=p.layer.name)()
+    axes = (self.batch_axis,) + ((self.tower_axis,) if p.split_batch else ())
+    axes = tuple(a for a in axes if a)
+    return tuple(lax.pcast(w, axes, to="varying") for w in weights) if axes else weights
+
+  def rows(self, n: int, split_batch: bool):
+    """(first row, rows) of the global batch: where this device's n examples lie in it."""
+    index, count = 0, 1
+    for axis in (self.batch_axis, self.tower_axis if split_batch else None):
+      if axis:
+        index, count = index * lax.axis_size(axis) + lax.axis_index(axis), count * lax.axis_size(axis)
+    return index * n, count * n
 
   def _gather(self, x, axis=0, to="varying"):
     """Every device's part of x along `axis` over the tower axis, in device order."""
@@ -141,7 +128,7 @@ class Network(nn.Module):
       if step in (GATHER, GATHER_SLICES):
         x = self._gather(x, to=to)
         if step == GATHER_SLICES:  # device-major slices of each tower → tower-major
-          t, k = self.table.towers, self._slices()
+          t, k = self.table.towers, self.slices()
           x = jnp.swapaxes(x.reshape(k, t, -1, *x.shape[1:]), 0, 1).reshape(x.shape)
       elif step in (OWN_TOWERS, OWN_SLICES):
         x = self._own(x if step == OWN_TOWERS else _flat(x), per_tower=step == OWN_SLICES)
@@ -150,82 +137,12 @@ class Network(nn.Module):
   def _own(self, x, per_tower: bool):
     """This device's part of local tower-blocked x: its towers' blocks (per_tower False) or its slice of each
     tower's block (True). No traffic."""
-    t, k, i = self.table.towers, self._slices(), lax.axis_index(self.tower_axis)
+    t, k, i = self.table.towers, self.slices(), self.device_index()
     blocks = x.reshape(t, -1, *x.shape[1:])
     if per_tower:
       part = blocks.shape[1] // k
       return lax.dynamic_slice_in_dim(blocks, i * part, part, axis=1).reshape(-1, *x.shape[1:])
     return lax.dynamic_slice_in_dim(blocks, i * (t // k), t // k, axis=0).reshape(-1, *x.shape[1:])
-
-  def _weights(self, p: LayerPlan, kernel_shape: tuple[int, ...]):
-    """The layer's kernel and bias, varying over the mesh axes that split its batch: their gradients are then summed
-    over those devices as they are, in float32, not in the compute dtype they are converted to for reading."""
-    weights = TowerWeights(p.layer, kernel_shape, self.weight_init, name=p.layer.name)()
-    axes = (self.batch_axis,) + ((self.tower_axis,) if p.split_batch else ())
-    axes = tuple(a for a in axes if a)
-    return tuple(lax.pcast(w, axes, to="varying") for w in weights) if axes else weights
-
-  def _conv(self, p: LayerPlan, x, relu: bool):
-    """Towers side by side: filters of tower t become output block t, as grouped convolution where each tower reads
-    its own block."""
-    layer = p.layer
-    out = layer.filters // self.table.towers
-    kernel, bias = self._weights(p, (p.towers, x.shape[0] // p.blocks, layer.size, layer.size, out))
-    return ops.conv2d(x, _side_by_side(kernel), bias, stride=layer.stride, padding=layer.padding, groups=p.blocks,
-                      relu=relu, backend=self.backend)
-
-  def _fc(self, p: LayerPlan, x):
-    """Every tower reads the same inputs; a layer on slices computes this device's slice of every tower's
-    outputs."""
-    layer, x = p.layer, _flat(x)
-    out = layer.filters // self.table.towers // (self._slices() if p.weights == SLICES else 1)
-    kernel, bias = self._weights(p, (p.towers, x.shape[0], out))
-    # The towers as a batch of GEMMs, outputs stacked: their weights side by side as one matrix would be a transposed
-    # copy of them every step (fc6 on one GPU: 75 MB of bf16 read and written, and again in the backward pass),
-    # where the outputs are a few MB.
-    return ops.dense(x, kernel, bias, relu=layer.relu, backend=self.backend)
-
-  def _fc_sum(self, p: LayerPlan, x):
-    """Each tower multiplies its own block by its own rows (on slices: this device's slice of every tower's block
-    by those rows); the partial outputs are summed across devices."""
-    layer, x = p.layer, _flat(x)
-    c_in = x.shape[0] // p.towers  # sharding.sharded_apply checks the split
-    kernel, bias = self._weights(p, (p.towers, c_in, layer.filters))
-    # Partial logits are summed across towers in float32: bf16 would round each tower's share first.
-    y = ops.dense(x, kernel.reshape(p.towers * c_in, layer.filters), out_dtype=jnp.float32, backend=self.backend)
-    if p.reduce:
-      y = lax.psum(y, self.tower_axis)
-    y = y + bias.astype(y.dtype)[:, None]
-    return jax.nn.relu(y) if layer.relu else y
-
-  def _dropout(self, p: LayerPlan, x):
-    """One mask per tower over its units and the global batch, keyed by the global tower index, of which each
-    device applies its units and rows: every placement drops the same units of the same examples."""
-    rate = p.layer.rate
-    if rate == 0.0:
-      return x
-    key = self.make_rng("dropout")
-    k, towers = self._slices(), p.blocks
-    first = lax.axis_index(self.tower_axis) * towers if p.input == TOWERS else 0
-    units = x.shape[0] // towers
-    unit0 = lax.axis_index(self.tower_axis) * units if p.input == SLICES else 0
-    row0, rows = self._rows(x.shape[-1], p.split_batch)
-    full = (units * (k if p.input == SLICES else 1), *x.shape[1:-1], rows)
-
-    def drop(block, t):
-      keep = jax.random.bernoulli(jax.random.fold_in(key, first + t), 1.0 - rate, full)
-      keep = lax.dynamic_slice(keep, (unit0, *(0,) * (x.ndim - 2), row0), block.shape)
-      return jnp.where(keep, block / (1.0 - rate), jnp.zeros_like(block))
-
-    return jax.vmap(drop)(x.reshape(towers, units, *x.shape[1:]), jnp.arange(towers)).reshape(x.shape)
-
-  def _rows(self, n: int, split_batch: bool):
-    """(first row, rows) of the global batch: where this device's n examples lie in it."""
-    index, count = 0, 1
-    for axis in (self.batch_axis, self.tower_axis if split_batch else None):
-      if axis:
-        index, count = index * lax.axis_size(axis) + lax.axis_index(axis), count * lax.axis_size(axis)
-    return index * n, count * n
 
 
 _FLOAT32_SCATTERS = contextvars.ContextVar("float32_scatters", default=False)
@@ -272,7 +189,3 @@ def _flat(x):
   """CHWN → (C·H·W, N): the (C, H, W) order of Caffe and PyTorch; tower blocks stay contiguous."""
   return x.reshape(-1, x.shape[-1]) if x.ndim == 4 else x
 
-
-def _side_by_side(kernel):
-  """(towers, …, F) → (…, towers·F): the towers' filters as one weight whose output block t is tower t's."""
-  return jnp.moveaxis(kernel, 0, -2).reshape(*kernel.shape[1:-1], kernel.shape[0] * kernel.shape[-1])

@@ -18,6 +18,7 @@ cut out of whole maps (no traffic). After a split='sum' layer spread over device
 import dataclasses
 import math
 
+from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import STRATEGIES, Layer, Table, with_strategy
 
@@ -104,8 +105,8 @@ class Plan:
                        for leaf, shape in shapes.params[name].items())
         add(name, "all-reduce", self.gradient_summed_over(name), gradient)
     if self.gather_output:
-      last = self.layers[-1].layer
-      add(last.name, "all-gather", model, last.filters * rows * dtype_bytes)
+      last = self.layers[-1].layer.name
+      add(last, "all-gather", model, math.prod(shapes.outputs[last]) * dtype_bytes)
     return out
 
 
@@ -129,16 +130,17 @@ def plan(table: Table, strategy: str = "table", model: int = 1, data: int = 1) -
     here = spread and layer.place in ("tower", "model")  # the layer's work is divided over 'model'
     target = {"tower": TOWERS, "model": SLICES}.get(layer.place, WHOLE) if here else WHOLE
     read, weights, output, reduce = (), "", where, False
-    if layer.kind == "conv":
+    kind = kind_of(layer)
+    if kind.weighted and not kind.flat:  # a conv: its tower's maps or, inputs='all', every tower's
       if blocks and layer.inputs == "all":
         read, where, blocks = gather_reads(where), WHOLE, False
       elif blocks and target == TOWERS and where == WHOLE:  # after 'data' layers: this device's towers' maps
         read, where = (OWN_TOWERS,), TOWERS
       weights = output = target
-    elif layer.kind == "fc" and layer.split == "out":  # every tower reads every tower's features
+    elif kind.flat and layer.split == "out":  # every tower reads every tower's features
       read, where, blocks = gather_reads(where), WHOLE, False
       weights = output = target
-    elif layer.kind == "fc":  # split='sum': each tower's block by its own rows, the partial outputs summed
+    elif kind.flat:  # split='sum': each tower's block by its own rows, the partial outputs summed
       if where not in (WHOLE, target):
         read, where = gather_reads(where), WHOLE
       if where == WHOLE and target != WHOLE:

@@ -11,28 +11,8 @@ its own block where it reads its own tower.
 import dataclasses
 import math
 
-from alexnet_jax.network.table import WEIGHTED, Layer, Table
-from triton_kernels.launch import out_size
-
-
-def output_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
-  """The shape of `layer`'s output for an input of `shape` (every tower's)."""
-  if layer.kind == "conv":
-    _, h, w, n = shape
-    if min(h, w) + 2 * layer.padding < layer.size:
-      raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} filters do not fit the {h}×{w} map that "
-                       "reaches it")
-    return (layer.filters, out_size(h, layer.size, layer.stride, layer.padding),
-            out_size(w, layer.size, layer.stride, layer.padding), n)
-  if layer.kind == "pool":
-    c, h, w, n = shape
-    if h < layer.size or w < layer.size:
-      raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} window does not fit the {h}×{w} map that "
-                       "reaches it")
-    return c, out_size(h, layer.size, layer.stride), out_size(w, layer.size, layer.stride), n
-  if layer.kind == "fc":
-    return layer.filters, shape[-1]
-  return shape
+from alexnet_jax.network.layers import kind_of
+from alexnet_jax.network.table import Table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +30,14 @@ def layer_shapes(table: Table, image_size: int | tuple[int, int] = 224, batch: i
   inputs, outputs, params = {}, {}, {}
   for layer, blocks in zip(table.layers, table.tower_blocks()):
     inputs[layer.name] = shape
-    if layer.kind in WEIGHTED:
-      features = math.prod(shape[:-1])  # the fc layers read the maps flattened
-      reads_own = blocks and layer.inputs == "tower"
+    if layer.weighted:
       if layer.split == "sum":
+        features = math.prod(shape[:-1])
         params[layer.name] = dict(kernel=(towers, features // towers, layer.filters), bias=(layer.filters,))
       else:
-        c_in = shape[0] // towers if reads_own else shape[0]
-        fan = (c_in, layer.size, layer.size) if layer.kind == "conv" else (features,)
-        params[layer.name] = dict(kernel=(towers, *fan, layer.filters // towers),
+        reads_own = blocks and layer.inputs == "tower"
+        read = (shape[0] // towers, *shape[1:]) if reads_own else shape
+        params[layer.name] = dict(kernel=(towers, *kind_of(layer).fan(layer, read), layer.filters // towers),
                                   bias=(towers, layer.filters // towers))
-    shape = outputs[layer.name] = output_shape(layer, shape)
+    shape = outputs[layer.name] = kind_of(layer).output_shape(layer, shape)
   return Shapes(inputs, outputs, params)

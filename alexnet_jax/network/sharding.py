@@ -100,7 +100,7 @@ def sharded_apply(net: Network, mesh):
   def run_with(backend, train):
     node = local_net.clone(backend=backend)
 
-    def apply(params, images, key):  # dropout masks are drawn for the global batch (model.Network._dropout)
+    def apply(params, images, key):  # dropout masks are drawn for the global batch (network/layers/dropout.py)
       return node.apply({"params": params}, images, train=train, rngs={"dropout": key})
 
     if not manual:

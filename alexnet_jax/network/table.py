@@ -17,8 +17,8 @@ what each placement moves between devices (docs/parallelism.md). A new network i
 import dataclasses
 from collections.abc import Callable
 
-KINDS = ("conv", "lrn", "pool", "fc", "dropout")
-WEIGHTED = ("conv", "fc")
+from alexnet_jax.network.layers import kind_of
+
 PLACES = ("tower", "data", "model")
 STRATEGIES = ("tower", "data", "hybrid")
 
@@ -26,11 +26,11 @@ STRATEGIES = ("tower", "data", "hybrid")
 @dataclasses.dataclass(frozen=True)
 class Layer:
   name: str
-  kind: str  # one of KINDS
+  kind: str  # a registered kind (network/layers): conv, fc, lrn, pool, avg_pool, global_avg_pool, dropout
   filters: int = 0  # conv/fc outputs, all towers together
   size: int = 0  # conv kernel, pool window or LRN channel window
   stride: int = 1
-  padding: int = 0
+  padding: int = 0  # of the map on each side, for a conv or an average pool
   inputs: str = "tower"  # 'tower' or 'all' (conv/fc): what each tower reads
   split: str = "out"  # 'out' or 'sum' (fc): how the layer's work is divided between towers
   relu: bool = True
@@ -44,18 +44,20 @@ class Layer:
   place: str = "tower"  # one of PLACES: how the layer's work is spread over the mesh
 
   def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f"layer {self.name}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+    kind = kind_of(self)
     if self.inputs not in ("tower", "all") or self.split not in ("out", "sum"):
       raise ValueError(f"layer {self.name}: inputs must be 'tower' or 'all' and split 'out' or 'sum'")
-    if self.split == "sum" and (self.kind != "fc" or self.inputs != "tower"):
+    if self.split == "sum" and not kind.flat:
       raise ValueError(f"layer {self.name}: split='sum' is for fc layers that read their own tower")
-    if self.kind == "lrn" and (self.size < 1 or self.k <= 0 or self.beta <= 0):
-      raise ValueError(f"layer {self.name}: an LRN layer needs size ≥ 1, k > 0 and beta > 0")
+    kind.check(self)
     if self.place not in PLACES:
       raise ValueError(f"layer {self.name}: unknown place {self.place!r}; choose one of {', '.join(PLACES)}")
-    if self.place == "model" and self.kind not in ("fc", "dropout"):
+    if self.place == "model" and not kind.sliced:
       raise ValueError(f"layer {self.name}: place='model' is for fc layers and their dropout")
+
+  @property
+  def weighted(self) -> bool:
+    return kind_of(self).weighted
 
 
 INITS = ("paper", "he")
@@ -83,20 +85,25 @@ class Table:
     names = [layer.name for layer in self.layers]
     if len(set(names)) != len(names):
       raise ValueError(f"layer names must be unique: {', '.join(names)}")
-    kinds = [layer.kind for layer in self.layers]
-    if "fc" not in kinds or any(k not in ("fc", "dropout") for k in kinds[kinds.index("fc"):]):
-      raise ValueError("a layer table must end with fc layers (and dropout): logits are (classes, N)")
+    flat = None  # the layer that left (features, N)
+    for layer in self.layers:
+      if flat and kind_of(layer).maps:
+        raise ValueError(f"layer {layer.name} reads (C, H, W, N) maps, but {flat.name} left (features, N)")
+      flat = flat or (layer if kind_of(layer).flattens else None)
+    if not flat:
+      raise ValueError("a layer table must end with fc layers (or a global average pool), and dropout: logits are "
+                       "(classes, N)")
     for layer, in_blocks in zip(self.layers, self.tower_blocks()):
-      if layer.kind in WEIGHTED and layer.split == "out" and layer.filters % self.towers:
+      if layer.weighted and layer.split == "out" and layer.filters % self.towers:
         raise ValueError(f"layer {layer.name}: {layer.filters} filters do not split over {self.towers} towers")
       if layer.split == "sum" and not in_blocks:
         raise ValueError(f"layer {layer.name}: split='sum' needs per-tower inputs, but its input is not split")
       # One tower's maps are all the maps: a one-tower table's fc layers read them with the default inputs.
-      if self.towers > 1 and layer.kind == "fc" and in_blocks and layer.inputs == "tower" and layer.split == "out":
+      if self.towers > 1 and kind_of(layer).flat and in_blocks and layer.inputs == "tower" and layer.split == "out":
         raise ValueError(f"layer {layer.name}: an fc layer reading its own tower needs split='sum'")
     places = [layer.place for layer in self.layers]
     for before, layer in zip(self.layers, self.layers[1:]):
-      if layer.kind not in WEIGHTED and layer.place != before.place:
+      if not layer.weighted and layer.place != before.place:
         raise ValueError(f"layer {layer.name}: a layer without weights works where its input lies: place it "
                          f"{before.place!r} like {before.name}")
     if "data" in places and any(p != "data" for p in places[:len(places) - places[::-1].index("data")]):
@@ -111,7 +118,7 @@ class Table:
     """
     in_blocks = [False]
     for layer in self.layers:
-      in_blocks.append(layer.split == "out" if layer.kind in WEIGHTED else in_blocks[-1])
+      in_blocks.append(layer.split == "out" if layer.weighted else in_blocks[-1])
     return tuple(in_blocks)
 
   @property
@@ -119,7 +126,7 @@ class Table:
     return tuple(layer.name for layer in self.layers)
 
   def weighted(self) -> tuple[Layer, ...]:
-    return tuple(layer for layer in self.layers if layer.kind in WEIGHTED)
+    return tuple(layer for layer in self.layers if layer.weighted)
 
   def placed(self, place: str) -> bool:
     """Whether any layer is placed `place`."""
@@ -135,7 +142,7 @@ def with_places(table: Table, places: dict[str, str]) -> Table:
                      f"{', '.join(layer.name for layer in table.layers)}")
   layers = []
   for layer in table.layers:
-    follows = layer.kind not in WEIGHTED and layers
+    follows = not layer.weighted and layers
     place = places.get(layer.name, layers[-1].place if follows else layer.place)
     layers.append(dataclasses.replace(layer, place=place))
   return Table(tuple(layers), table.towers)
@@ -147,7 +154,7 @@ def with_strategy(table: Table, strategy: str) -> Table:
   layer 'data', the fc layers and their dropout 'model')."""
   if strategy not in STRATEGIES:
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-  first_fc = [layer.kind for layer in table.layers].index("fc")
+  first_fc = next((i for i, layer in enumerate(table.layers) if kind_of(layer).flat), len(table.layers))
   place = {"tower": lambda i: "tower", "data": lambda i: "data",
            "hybrid": lambda i: "data" if i < first_fc else "model"}[strategy]
   return with_places(table, {layer.name: place(i) for i, layer in enumerate(table.layers)})
@@ -290,3 +297,33 @@ def vgg16(num_classes: int = 1000, width: float = 1.0, towers: int = 1, lrn_alph
   """VGG-16 (configuration D): 13 conv layers; width=1 has 138,357,544 parameters for 1000 classes."""
   del lrn_alpha_over_n  # no LRN
   return _vgg("vgg16", num_classes, width, towers)
+
+
+@register("nin")
+def nin(num_classes: int = 1000, width: float = 1.0, towers: int = 1, lrn_alpha_over_n: bool = False) -> Table:
+  """Network in Network (Lin, Chen & Yan 2013), the authors' ImageNet model: four stages of a convolution and two
+  1×1 convolutions (the "mlpconv" layers, cccp1 … cccp8 as they named them), 3×3/2 max-pools between them, dropout
+  0.5 after the third, and in place of fc layers a last 1×1 convolution of one map per class averaged over the map
+  (global average pooling) into the logits; no LRN. Width=1 has 7,595,176 parameters for 1000 classes.
+
+  Their conv1 is 11×11/4 without padding (224 → 54) and Caffe's pools round up (54 → 27); ours round down, so
+  conv1 pads by 2 (224 → 55 → 27): from pool1 on every map is theirs (27, 13, 6), and no parameter depends on it.
+  """
+  del lrn_alpha_over_n  # no LRN
+  _one_tower("nin", towers)
+  w = lambda n: _scaled(n, width, 1)  # noqa: E731
+  stages = ((w(96), 11, 4, 2), (w(256), 5, 1, 2), (w(384), 3, 1, 1), (w(1024), 3, 1, 1))
+  layers, cccp = [], 0
+  for stage, (filters, size, stride, padding) in enumerate(stages, 1):
+    conv = f"conv{stage}" if stage < 4 else "conv4-1024"
+    layers.append(Layer(conv, "conv", filters=filters, size=size, stride=stride, padding=padding))
+    last = stage == 4
+    for i in (1, 2):
+      cccp += 1
+      out = num_classes if last and i == 2 else filters
+      layers.append(Layer(f"cccp{cccp}" + ("-1024" if last else ""), "conv", filters=out, size=1))
+    if not last:
+      layers.append(Layer(f"pool{stage}", "pool", size=3, stride=2))
+  layers.insert(len(layers) - 3, Layer("drop3", "dropout", rate=0.5))
+  layers.append(Layer("pool4", "global_avg_pool"))
+  return Table(tuple(layers), 1)
