@@ -31,7 +31,7 @@ from PIL import Image
 
 from alexnet_jax.config import apply_process_settings
 from alexnet_jax.data import augment, get_dataset, sources
-from alexnet_jax.training import loop, run
+from alexnet_jax.training import evaluation, loop, restore, run
 from alexnet_jax.training.train import CROPS, class_log_probs, eval_step
 
 IMAGE_SUFFIXES = sources.IMAGE_SUFFIXES
@@ -199,7 +199,7 @@ class Model:
     config = run.read(workdir).config
     config.mesh.model, config.mesh.data = 1, 1
     config.update(overrides)
-    self.run, self.setup, self.state = loop.restore_newest(workdir, config)
+    self.run, self.setup, self.state = restore.restore_newest(workdir, config)
     self.workdir = workdir
     self._scores = jax.jit(lambda params, images, crops: class_log_probs(self.setup, params, images, crops),
                            static_argnums=2)
@@ -257,4 +257,4 @@ class Model:
     config = self.run.config
     dataset = get_dataset(config, statistics=self.run.statistics)
     p_eval_step = jax.jit(functools.partial(eval_step, setup=self.setup), static_argnames="crops")
-    return loop.evaluate(self.state, dataset, config, p_eval_step, self.setup.batch_rows, crops)
+    return evaluation.evaluate(self.state, dataset, config, p_eval_step, self.setup.batch_rows, crops)

@@ -30,7 +30,7 @@ def main(argv):
   apply_process_settings(config)
   from alexnet_jax.training import workdirs  # noqa: PLC0415
   from alexnet_jax.training import distributed  # noqa: PLC0415
-  from alexnet_jax.training.loop import evaluate_checkpoint  # noqa: PLC0415
+  from alexnet_jax.training.evaluation import evaluate_checkpoint  # noqa: PLC0415
   from alexnet_jax.training.train import CROPS, multi_crop  # noqa: PLC0415
 
   crops = flags.FLAGS.crops or ["1", str(multi_crop(config))]

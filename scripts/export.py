@@ -30,13 +30,12 @@ flags.DEFINE_enum("mesh", "one", ["one", "run"], "the devices the artifact runs 
 def write_artifact(config, args) -> str:
   """Writes the artifact; returns what it holds, in one line."""
   from alexnet_jax import export  # noqa: PLC0415  (after apply_process_settings)
-  from alexnet_jax.training import workdirs  # noqa: PLC0415
-  from alexnet_jax.training import loop  # noqa: PLC0415
+  from alexnet_jax.training import restore, workdirs  # noqa: PLC0415
 
   workdirs.check_output("--out", args.out, args.workdir)  # before anything is read: the run's files stay whole
   if args.mesh == "one":
     config.mesh.model, config.mesh.data = 1, 1
-  described, setup, state = loop.restore_newest(args.workdir, config)
+  described, setup, state = restore.restore_newest(args.workdir, config)
   batch = args.batch or None
   if args.function == "inference":
     exported = export.export_inference(setup, state.params, platforms=args.platforms, input_kind=args.input,

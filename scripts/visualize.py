@@ -20,10 +20,10 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   apply_process_settings(config)
-  from alexnet_jax.training import loop  # noqa: PLC0415
+  from alexnet_jax.training import loop, restore  # noqa: PLC0415
 
   try:
-    _, setup, state = loop.restore_newest(flags.FLAGS.workdir, config)
+    _, setup, state = restore.restore_newest(flags.FLAGS.workdir, config)
     colour = loop.write_pictures(flags.FLAGS.workdir, setup, state, config)
   except (ValueError, OSError) as e:
     sys.exit(f"error: {e}")

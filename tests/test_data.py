@@ -30,10 +30,11 @@ from alexnet_jax.data import (
   train_batches,
 )
 from alexnet_jax.data.pipeline import make_dataset
+from alexnet_jax.data.workers import SIGNALS, left_to_this_thread
 from alexnet_jax.data.device_batches import Rows
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import get_network
-from alexnet_jax.training import guard, loop, train
+from alexnet_jax.training import evaluation, train
 
 
 def data_config(name, **dataset):
@@ -151,7 +152,7 @@ def test_evaluation_counts_each_readable_image_once_and_the_unreadable_apart(fol
   setup = train.dataset_setup(config, data)
   state = train.create_train_state(setup, jax.random.key(0))
   p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
-  metrics = loop.evaluate(state, data, config, p_eval_step, setup.batch_rows)
+  metrics = evaluation.evaluate(state, data, config, p_eval_step, setup.batch_rows)
   assert metrics["count"] == 4 and metrics["unreadable"] == 1
 
 
@@ -282,8 +283,8 @@ def test_worker_processes_end_by_themselves_when_closed(small):
 def test_worker_processes_leave_stop_signals_to_the_training_process(small):
   # A terminal's Ctrl-C, Slurm's scancel and a container's stop reach the whole process group; the training process
   # saves and stops its workers, which must not die of them on their own (with a traceback each). Started as
-  # training starts them (training/loop.py), they hold those signals blocked from their first instruction.
-  with guard.left_to_this_thread():
+  # training starts them (data/input.py), they hold those signals blocked from their first instruction.
+  with left_to_this_thread():
     iterator = iterate(train_batches(small, 4), 0, 1)
     next(iterator)
   try:
@@ -292,8 +293,8 @@ def test_worker_processes_leave_stop_signals_to_the_training_process(small):
     workers = [pid for pid in children if b"spawn_main" in open(f"/proc/{pid}/cmdline", "rb").read()]
     blocked = [int(line.split()[1], 16) for pid in workers for line in open(f"/proc/{pid}/status")
                if line.startswith("SigBlk:")]
-    assert blocked and all(mask >> (s - 1) & 1 for mask in blocked for s in guard.SIGNALS), (workers, blocked)
-    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(guard.SIGNALS)  # this thread takes them again
+    assert blocked and all(mask >> (s - 1) & 1 for mask in blocked for s in SIGNALS), (workers, blocked)
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(SIGNALS)  # this thread takes them again
   finally:
     iterator.close()
 
@@ -478,16 +479,17 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
 
 
 def test_training_batches_are_the_same_whoever_decodes_them(store):
-  """loop.putter gives the step the same batch from the host's pixels and from the devices' decoding."""
+  """input.putter gives the step the same batch from the host's pixels and from the devices' decoding."""
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
-  from alexnet_jax.training import loop, train  # noqa: PLC0415
+  from alexnet_jax.data.input import putter  # noqa: PLC0415
+  from alexnet_jax.training import train  # noqa: PLC0415
 
   config = data_config("store", threads=2)
   config.batch_size, config.mesh.model = 8, 2
   on_host = make_dataset(config, store, Jpegs(store.examples[:4]), ("a", "b", "c"))
   on_devices = dataclasses.replace(on_host, decoder="gpu", host_share=0.25)
   setup = train.dataset_setup(config, on_host)
-  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), loop.putter(config, setup, d))
+  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), putter(config, d, setup.batch_rows, setup.image_size))
            for d in (on_host, on_devices)]
   for _ in range(3):  # an epoch and a half: the corrupt example is passed over once, on the host or the device
     (a, a_skipped), (b, b_skipped) = (next(f) for f in feeds)

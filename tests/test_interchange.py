@@ -12,7 +12,7 @@ from alexnet_jax.network import interchange, sharding
 from alexnet_jax.network.interchange import from_torch, to_torch, torch_shapes
 from alexnet_jax.network.model import Network
 from alexnet_jax.network.table import alexnet
-from alexnet_jax.training import loop, train
+from alexnet_jax.training import loop, restore, train
 
 TORCHVISION_STYLE = {
     "conv1.weight": (96, 3, 11, 11), "conv1.bias": (96,),
@@ -268,7 +268,7 @@ def test_a_run_starts_from_a_weights_file_and_makes_the_last_layer_anew_for_othe
   np.savez(path, **to_torch(trained, setup10.net.table))
   _, setup5 = small_setup(5)
   fresh = train.create_train_state(setup5, jax.random.key(0)).params
-  started = loop.weights_from(path, setup5, fresh)
+  started = restore.weights_from(path, setup5, fresh)
   for name in ("conv1", "conv3", "fc7"):  # the file's, placed as the run places them
     np.testing.assert_array_equal(np.asarray(started[name]["kernel"]), np.asarray(trained[name]["kernel"]))
     assert started[name]["kernel"].sharding == fresh[name]["kernel"].sharding
@@ -284,7 +284,7 @@ def test_training_from_a_weights_file_begins_with_its_weights(tmp_path):
   config.learning_rate, config.weight_decay, config.init_from = 1e-12, 0.0, str(tmp_path / "w.npz")
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir)
-  _, _, state = loop.restore_newest(workdir)
+  _, _, state = restore.restore_newest(workdir)
   for name, p in trained.items():  # one step of a vanishing learning rate later
     np.testing.assert_allclose(np.asarray(state.params[name]["kernel"]), np.asarray(p["kernel"]), atol=1e-6)
 
@@ -301,6 +301,6 @@ def test_weights_that_are_not_finite_are_refused_naming_the_key(tmp_path):
     from_torch(huge, setup.net.table, image_size=64)
   np.savez(tmp_path / "bad.npz", **bad)
   with pytest.raises(ValueError, match="conv2.weight: holds 1 values"):
-    loop.weights_from(str(tmp_path / "bad.npz"), setup, train.create_train_state(setup, jax.random.key(0)).params)
+    restore.weights_from(str(tmp_path / "bad.npz"), setup, train.create_train_state(setup, jax.random.key(0)).params)
   with pytest.raises(ValueError, match="a weights file must be .npz, .pt or .pth"):
     interchange.read(str(tmp_path / "w.bin"))

@@ -159,6 +159,53 @@ def test_a_stall_is_measured_per_step_against_a_batch_s_noise():
   assert resumed.steps(dict(learning_at=1150), 1200) == 50
 
 
+def test_the_watch_stops_a_run_for_what_its_logs_and_checks_saw_with_one_line_each():
+  ln10 = float(np.log(10))
+
+  def logged(watch, done, loss=ln10, spread=0.5, nonfinite_from=guard.NEVER, learning_at=0, signalled=None):
+    watch.after(done, signalled)  # as the loop feeds it: a window fetched to the host, as numpy scalars
+    return watch.log(dict(learning_at=np.int32(learning_at), nonfinite_from=np.int32(nonfinite_from),
+                          logit_spread=np.float32(spread)), loss)
+
+  nothing = guard.Watch(start=0, classes=10, steps_per_epoch=40)  # a stall is said once, and the run goes on
+  assert logged(nothing, 99) is None and nothing.at_chance == 99
+  assert logged(nothing, 100).startswith("warning: training has stalled: for 100 steps (since step 1)")
+  assert logged(nothing, 150) is None and not nothing.stop and nothing.raise_stop(None, "ckpt") is None
+  # Three logs in a row of the same logits for every image at ln 10, from the step after the last live log.
+  dead = guard.Watch(start=10, classes=10, steps_per_epoch=40)
+  for done, spread in ((12, 0.0), (14, 0.5), (16, 0.0), (18, 0.0)):
+    logged(dead, done, spread=spread)
+  assert not dead.stop
+  logged(dead, 20, spread=0.0)
+  assert dead.stop and dead.failed
+  with pytest.raises(guard.Collapsed, match=r"^training collapsed: since step 15 the loss is 2.3026 .* stopped at "
+                     r"step 20,"):
+    dead.raise_stop(None, "ckpt")
+  # A loss not finite at the run's first step is not the learning rate's doing; later it is, whatever else came.
+  first = guard.Watch(start=10, classes=10, steps_per_epoch=40)
+  logged(first, 11, loss=float("nan"), nonfinite_from=11)
+  with pytest.raises(guard.Diverged, match=r"^a non-finite loss at step 11, the first of this run, before any"):
+    first.raise_stop(None, "ckpt")
+  later = guard.Watch(start=10, classes=10, steps_per_epoch=40)
+  logged(later, 14, loss=float("nan"), nonfinite_from=13, signalled=signal.SIGTERM)
+  with pytest.raises(guard.Diverged, match=r"^training diverged: a non-finite loss at step 13; stopped without "
+                     r"saving, the last finite checkpoint is step 10 in ckpt: rerun"):
+    later.raise_stop(10, "ckpt")
+  # A state found not finite before a save is never saved, even at the first step.
+  state = guard.Watch(start=0, classes=10, steps_per_epoch=40)
+  state.after(1, None)
+  assert state.finite(dict(w=np.ones(3, np.float32))) and not state.stop
+  assert not state.finite(dict(w=np.array([1.0, np.nan], np.float32))) and state.failed
+  with pytest.raises(guard.Diverged, match=r"^training diverged: a non-finite state at step 1; .* and no checkpoint"):
+    state.raise_stop(None, "ckpt")
+  # A signal stops the run after the step it came at, which saves it.
+  signalled = guard.Watch(start=0, classes=10, steps_per_epoch=40)
+  logged(signalled, 6, learning_at=6, signalled=signal.SIGTERM)
+  assert signalled.stop and not signalled.failed and signalled.at_chance == 0
+  with pytest.raises(guard.Interrupted, match=r"^stopped by SIGTERM after step 6, saved in ckpt; rerun"):
+    signalled.raise_stop(6, "ckpt")
+
+
 @pytest.mark.parametrize("seen_in", ["loss", "state"])
 def test_divergence_stops_without_saving_a_nonfinite_state(tmp_path, template, seen_in):
   # Logged every step and never saved, the run sees the first non-finite loss in its metrics window; saved every

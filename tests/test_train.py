@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alexnet_jax.config import KEYS, paper_config, validate
 from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, device_batches, train_batches
-from alexnet_jax.training import guard, loop, train
+from alexnet_jax.training import evaluation, guard, loop, restore, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -227,11 +227,11 @@ def test_many_crop_evaluation_mirrors_only_what_training_mirrored():
 def test_evaluate_checkpoint_reports_centre_and_ten_crop_metrics(demo_run):
   workdir, metrics = demo_run
   config = demo_config()
-  step, results = loop.evaluate_checkpoint(workdir, crops=(1, 10))  # the run's own config (run.json)
+  step, results = evaluation.evaluate_checkpoint(workdir, crops=(1, 10))  # the run's own config (run.json)
   assert step == 100 and set(results) == {1, 10}
   assert results[1] == pytest.approx(metrics | dict(count=200))  # the centre crop is the training run's eval
   # The ten crops' metrics from the checkpoint's logits of every crop, their softmax averaged here.
-  _, setup, state = loop.restore_newest(workdir)
+  _, setup, state = restore.restore_newest(workdir)
   dataset = get_dataset(config)
   logits = jax.jit(lambda images: train.logits_fn(setup)(state.params, images, jax.random.key(0), False))
   probs, labels = [], []

@@ -7,7 +7,7 @@ run.json, a script refusing its arguments) loads neither Grain nor JAX."""
 import importlib
 
 _HOMES = {"Dataset": "pipeline", "eval_batches": "pipeline", "get_dataset": "pipeline", "iterate": "pipeline",
-          "train_batches": "pipeline", "DataError": "sources"}
+          "train_batches": "pipeline", "DataError": "sources", "input_feed": "input"}
 __all__ = sorted(_HOMES)
 
 

@@ -292,11 +292,11 @@ def _listed_anew(mngr: ocp.CheckpointManager) -> None:
 
 def _while_rotating(list_steps):
   """list_steps() (which lists the checkpoints' steps, then reads each one's time), again while a run still saving
-  removes a step between the two."""
+  removes a step between the two (a step's folder half removed reads as not a folder)."""
   for attempt in range(ROTATIONS):
     try:
       return list_steps()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
       if attempt == ROTATIONS - 1:
         raise
   return None

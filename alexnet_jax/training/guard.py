@@ -5,23 +5,23 @@ Divergence is seen without a host sync per step: each step's metrics carry `nonf
 loss was not finite), which the metrics window keeps the minimum of and the loop reads at log time; before each
 save the whole state is checked, so a non-finite state is never written, and `checkpoints_to_keep` can only rotate
 finite checkpoints away. A signal is turned into a request that the loop reads after each step: it saves, closes
-its writers and raises Interrupted; a second signal ends the process at once.
+its writers and raises Interrupted; a second signal ends the process at once. The loop keeps what it has seen of
+all these in a Watch, which raises what stopped the run once it has closed its writers.
 """
 
-import contextlib
 import os
 import signal
-import sys
 import threading
-from multiprocessing import resource_tracker
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alexnet_jax.data.workers import SIGNALS  # a preemption, Ctrl-C, a closed terminal
+
 NEVER = np.iinfo(np.int32).max  # `nonfinite_from` of a window whose every loss was finite
 NONFINITE_LOSS = "a non-finite loss"  # what Diverged says of a step whose loss was not finite
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C, a closed terminal
+NONFINITE_STATE = "a non-finite state"  # what Diverged says of a state found not finite before a save
 
 
 class Diverged(ValueError):
@@ -132,11 +132,11 @@ class Collapsed(ValueError):
     self.step, self.since = step, since
 
 
-def collapsed(window: dict, summary: dict, classes: int) -> bool:
-  """Whether a metrics window (fetched to the host; `summary` its per-example means) looks like a collapsed network:
-  the loss at ln(classes) — uniform predictions — and the same logits for every image over the whole window (the
-  last layer's inputs all zero: no weight below it receives a gradient either)."""
-  return abs(summary["loss"] - np.log(classes)) < 1e-3 * np.log(classes) and float(window["logit_spread"]) < 1e-6
+def collapsed(window: dict, loss: float, classes: int) -> bool:
+  """Whether a metrics window (fetched to the host; `loss` its mean loss) looks like a collapsed network: the loss
+  at ln(classes) — uniform predictions — and the same logits for every image over the whole window (the last
+  layer's inputs all zero: no weight below it receives a gradient either)."""
+  return abs(loss - np.log(classes)) < 1e-3 * np.log(classes) and float(window["logit_spread"]) < 1e-6
 
 
 def first_nonfinite(window: dict | None) -> int | None:
@@ -157,31 +157,66 @@ def all_finite(tree) -> bool:
   return bool(_all_finite(tree))
 
 
-TRACKER_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+class Watch:
+  """What the loop has seen that stops a run, from step `start` on: a non-finite loss (each log's window) or state
+  (before each save), a collapse (COLLAPSE_LOGS logs in a row), a signal (Signals.check after each step); and a stall,
+  which it says once and lets run. `stop` once any has been seen; `failed` once the run must not save."""
 
+  def __init__(self, start: int, classes: int, steps_per_epoch: int):
+    self.start, self.classes = start, classes
+    self.stall = Stall(start, classes, steps_per_epoch)
+    self.done, self.logged = start, start  # the last step checked, and logged
+    self.at_chance = 0  # the steps in a row no better than chance, as of the last log
+    self.diverged = None  # (step, what) once the loss or the state is not finite
+    self.collapse = None  # Collapsed, once COLLAPSE_LOGS logs in a row say so
+    self.signalled = None  # the signal to stop with (Signals.check)
+    self._dead_logs, self._dead_since = 0, None
 
-@contextlib.contextmanager
-def left_to_this_thread():
-  """Within: SIGNALS blocked in the calling thread, and so in the threads it starts and, through them, in the
-  processes those start (a thread's signal mask is inherited, and kept across exec): the feed thread and Grain's
-  data workers, which a signal to the whole process group (Slurm's scancel, a container's stop, Ctrl-C) would
-  otherwise reach too, killing a worker before the step is saved. Training handles them alone, then stops the
-  workers itself."""
-  if threading.current_thread() is not threading.main_thread():
-    yield
-    return
-  # multiprocessing's resource tracker, started on first need, unblocks SIGINT and SIGTERM in the thread that starts
-  # it (CPython's resource_tracker.ensure_running), which would undo this for the processes started after it: it is
-  # started first. It removes the shared-memory blocks that workers stopped mid-batch leave (data/pipeline.py) when
-  # the run ends, with a warning that is no news to the user: it takes this process's -W options as it starts.
-  if TRACKER_QUIET not in sys.warnoptions:
-    sys.warnoptions.append(TRACKER_QUIET)
-  resource_tracker.ensure_running()
-  held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-  try:
-    yield
-  finally:
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is delivered here, to Signals
+  @property
+  def failed(self) -> bool:
+    return bool(self.diverged or self.collapse)
+
+  @property
+  def stop(self) -> bool:
+    return self.failed or bool(self.signalled)
+
+  def after(self, done: int, signalled: int | None) -> None:
+    """After step `done`: the signal Signals.check gave for it."""
+    self.done, self.signalled = done, signalled
+
+  def log(self, window: dict, loss: float) -> str | None:
+    """A log's metrics window up to the last step (fetched to the host) and its mean loss: the stall's one line,
+    the first time there is one to say; else None."""
+    self.at_chance = self.stall.steps(window, self.done)
+    said = self.stall.message(self.at_chance, self.done, loss)
+    if (bad := first_nonfinite(window)) is not None:
+      self.diverged = bad, NONFINITE_LOSS
+    if collapsed(window, loss, self.classes):
+      self._dead_logs, self._dead_since = self._dead_logs + 1, self._dead_since or self.logged + 1
+    else:
+      self._dead_logs, self._dead_since = 0, None
+    if self._dead_logs == COLLAPSE_LOGS:
+      self.collapse = Collapsed(self.done, self._dead_since, loss, self.classes)
+    self.logged = self.done
+    return said
+
+  def finite(self, state) -> bool:
+    """Whether `state` may be saved: a non-finite one never is, and stops the run."""
+    if all_finite(state):
+      return True
+    self.diverged = self.done, NONFINITE_STATE
+    return False
+
+  def raise_stop(self, last_checkpoint: int | None, directory: str) -> None:
+    """Raises what stopped the run, if anything did (Diverged, Collapsed, Interrupted); `last_checkpoint`, the
+    newest step saved in `directory`."""
+    if self.diverged:
+      first = self.diverged == (self.start + 1, NONFINITE_LOSS)  # no update had touched the weights yet
+      raise Diverged(*self.diverged, last_checkpoint, directory, first=first)
+    if self.collapse:
+      raise self.collapse
+    if self.signalled:
+      raise Interrupted(self.signalled, self.done, directory)
 
 
 class Signals:

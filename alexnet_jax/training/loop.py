@@ -1,26 +1,25 @@
 """The training loop, in the shape of flax's imagenet example: train_and_evaluate runs train.train_step with
-evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of the same command resumes from.
+evaluation, TensorBoard and JSONL metrics, and orbax checkpoints that a rerun of the same command resumes from. Its
+batches come from data/input.py; what stops it early is guard.py's.
 """
 
 import contextlib
 import functools
-import os
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import tqdm
 from jax.experimental import multihost_utils
 
 from alexnet_jax.config import validate
-from alexnet_jax.data import DataError, cache, eval_batches, get_dataset, iterate, train_batches
-from alexnet_jax.data.feed import Feed
-from alexnet_jax.data.device_batches import DevicePut, HostPut, random_batch
-from alexnet_jax.network import interchange
+from alexnet_jax.data import DataError, get_dataset
+from alexnet_jax.data.device_batches import random_batch
+from alexnet_jax.data.input import input_feed
 from alexnet_jax.training import checkpoints, distributed, guard, pictures, pmap, run, workdirs
+from alexnet_jax.training.evaluation import evaluate, summarise
 from alexnet_jax.training.metrics import MetricWriter
+from alexnet_jax.training.restore import weights_from
 from alexnet_jax.training.train import (
   Setup,
   Stepping,
@@ -30,8 +29,6 @@ from alexnet_jax.training.train import (
   eval_step,
   initial_params,
   jitted,
-  make_setup,
-  train_state_init,
 )
 
 
@@ -39,68 +36,6 @@ def stepping(config, setup: Setup) -> Stepping:
   """train_step jitted, or under config.parallel_api='pmap' pmap's data parallelism (pmap.py), which holds a
   replica of the state per device."""
   return pmap.stepping(setup) if config.parallel_api == "pmap" else jitted(setup)
-
-
-def putter(config, setup: Setup, dataset, cached: cache.Rule | None = None):
-  """What puts the feed's host batches on the devices: the host's images, with the device cache (`cached`) the host's
-  and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
-  processes."""
-  if cached is not None and cached.slots:
-    return cache.cached_put(config.dataset.cache, setup.batch_rows, dataset.size, setup.image_size, cached)
-  if dataset.decoder != "gpu":
-    return HostPut(setup.batch_rows, dataset.size, setup.image_size)
-  return DevicePut(setup.batch_rows, dataset.size, setup.image_size, config.batch_size, dataset.train,
-                   config.dataset.gpu_backends)
-
-
-def summarise(sums: dict) -> dict:
-  """Per-example means from summed metrics: loss, top-1 and top-5 accuracy."""
-  n = max(float(sums["count"]), 1.0)
-  return {k: float(sums[k]) / n for k in ("loss", "top1", "top5")}
-
-
-def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
-  """Metrics over the readable examples of the evaluation split (each counted once: `count`; `unreadable` those
-  that could not be read), its batches placed as `rows` (data.device_batches.Rows) say; p_eval_step is eval_step jitted
-  with `crops` static."""
-  total, unreadable = None, 0
-  for batch in eval_batches(dataset, config.eval_batch_size, rows.process_rows(config.eval_batch_size)):
-    unreadable += int(batch.pop("unreadable"))
-    m = p_eval_step(state, rows.put(batch), crops=crops)
-    total = m if total is None else jax.tree.map(jnp.add, total, m)
-  total = jax.device_get(total)
-  unreadable = int(np.sum(multihost_utils.process_allgather(np.int64(unreadable))))  # each process's rows
-  return summarise(total) | dict(count=int(total["count"]), unreadable=unreadable)
-
-
-def run_setup(described: run.Run) -> Setup:
-  """The setup of a run from its description alone (run.json): its network, classes and statistics."""
-  return make_setup(described.config, len(described.classes), described.num_train, described.statistics.mean,
-                    described.statistics.std, table=described.table)
-
-
-def restore_newest(workdir: str, config=None) -> tuple[run.Run, Setup, TrainState]:
-  """(run, setup, state) of the newest checkpoint in workdir, for what reads a finished run; `config` (the run's,
-  with a reader's overrides) in place of the run's own."""
-  described = run.read(workdir)
-  if config is not None:
-    described = run.with_overrides(described, validate(config, described.table))
-  manager = checkpoints.existing(workdir, described.config)
-  if manager.latest_step() is None:
-    raise ValueError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}")
-  setup = run_setup(described)
-  abstract = train_state_init(setup).eval_shape(jax.random.key(0))  # restore lays out into its shapes and places
-  state, _ = checkpoints.restore(manager, abstract)
-  return described, setup, state
-
-
-def evaluate_checkpoint(workdir: str, config=None, crops=(1, 10)) -> tuple[int, dict]:
-  """(step, {crops: metrics}) of the newest checkpoint in workdir, on the evaluation split."""
-  described, setup, state = restore_newest(workdir, config)
-  dataset = get_dataset(described.config, statistics=described.statistics)
-  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
-  return int(state.step), {c: evaluate(state, dataset, described.config, p_eval_step, setup.batch_rows, c)
-                           for c in crops}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -118,6 +53,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals: guard.Signals,
                         closing: contextlib.ExitStack) -> dict:
+  # --- Data & state: the newest checkpoint that restores, else a new state (or a weights file's) ---
   dataset = get_dataset(config)
   setup = dataset_setup(config, dataset)
   key = jax.random.key(config.seed)
@@ -129,13 +65,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     check_position(position, data_position(config, dataset, start))
   elif config.init_from:  # a new run: the weights of a file, not the random ones
     state = state.replace(params=weights_from(config.init_from, setup, state.params))
+
+  # --- Outputs: run.json and the metrics, written by one process ---
   described = run.describe(config, dataset, setup.net.table)
-  writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None  # one process writes
+  writer = MetricWriter(workdir, resume_step=start) if distributed.is_writer() else None
   if writer:
     closing.callback(writer.close)
     run.write(workdir, described)
     if start == 0:
       writer.write_config(config)
+
+  # --- Steps ---
   steps = stepping(config, setup)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
   print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
@@ -143,52 +83,44 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
   state = steps.enter(state)
 
-  cached = cache_rule(config, setup, dataset, steps, state, key, start)
-  batches = train_batches(dataset, config.batch_size, rows=setup.batch_rows.process_rows(config.batch_size),
-                          cached=cached)
-  with guard.left_to_this_thread():
-    batches_on_device = Feed(iterate(batches, start, input_workers(config)), putter(config, setup, dataset, cached))
-  closing.callback(batches_on_device.close)
+  # --- Input: the batches from `start` on, through a cache sized beside the compiled step ---
+  step_memory = functools.partial(step_bytes, steps.step, setup, dataset, config.batch_size, state, key)
+  feed = input_feed(config, dataset, setup.batch_rows, setup.image_size, setup.total_steps, start=start,
+                    step_memory=step_memory)
+  closing.callback(feed.close)
+
+  # --- Train loop ---
+  watch = guard.Watch(start, dataset.num_classes, dataset.num_train // config.batch_size)
   eval_metrics, sums, t0, logged, skipped = {}, None, time.time(), start, 0
-  diverged = signalled = None  # (step, what) once the loss or the state is not finite; a signal (guard.py)
-  collapse, dead_logs, dead_since = None, 0, None  # guard.Collapsed, once COLLAPSE_LOGS logs in a row say so
-  stall = guard.Stall(start, dataset.num_classes, dataset.num_train // config.batch_size)
   bar = tqdm.tqdm(total=setup.total_steps, initial=start, unit="step", dynamic_ncols=True, mininterval=2.0,
                   disable=not distributed.is_writer())
   for step in range(start, setup.total_steps):
-    batch, skipped_here = next(batches_on_device)
+    batch, skipped_here = next(feed)
     skipped += skipped_here
     state, m = steps.step(state, batch, key)
     del batch  # on CPU it can be a view of a worker's shared memory, which Grain releases when it is let go
     lr = m.pop("learning_rate")
     sums = guard.accumulate(sums, m)
     done = step + 1
-    signalled = signals.check(done)  # the same step on every process
+    watch.after(done, signals.check(done))  # the same step on every process
     if done % config.log_every_steps == 0 or done == setup.total_steps:
       window = jax.device_get(sums)
       train = summarise(window)
+      said = watch.log(window, train["loss"])
       train |= dict(learning_rate=float(lr), logit_spread=float(window["logit_spread"]),
-                    steps_at_chance=stall.steps(window, done),
-                    steps_per_sec=(done - logged) / (time.time() - t0), skipped_images=skipped)
+                    steps_at_chance=watch.at_chance, steps_per_sec=(done - logged) / (time.time() - t0),
+                    skipped_images=skipped)
       if writer:
         writer.write("train", done, train)
       bar.set_postfix(loss=f"{train['loss']:.3f}", top1=f"{train['top1']:.3f}")
-      if said := stall.message(train["steps_at_chance"], done, train["loss"]):
+      if said:
         bar.write(said)
         if writer:
           writer.note(done, said)
-      if (bad := guard.first_nonfinite(window)) is not None:
-        diverged = bad, guard.NONFINITE_LOSS
-      dead = guard.collapsed(window, train, dataset.num_classes)
-      dead_logs, dead_since = (dead_logs + 1, dead_since or logged + 1) if dead else (0, None)
-      if dead_logs == guard.COLLAPSE_LOGS:
-        collapse = guard.Collapsed(done, dead_since, train["loss"], dataset.num_classes)
       sums, t0, logged = None, time.time(), done
-    stopping = diverged or collapse
-    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not (stopping or signalled)
-    saving = (done % config.checkpoint_every_steps == 0 or done == setup.total_steps or signalled) and not stopping
-    if saving and not guard.all_finite(state):  # never write a non-finite state
-      saving, diverged = False, (done, "a non-finite state")
+    evaluating = (done % config.eval_every_steps == 0 or done == setup.total_steps) and not watch.stop
+    saving = ((done % config.checkpoint_every_steps == 0 or done == setup.total_steps or watch.signalled)
+              and not watch.failed and watch.finite(state))  # never write a non-finite state
     if evaluating or saving:
       jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
       pause, held = time.time(), steps.leave(state)
@@ -203,17 +135,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
     if evaluating or saving:
       t0 += time.time() - pause  # steps_per_sec times the training steps alone
     bar.update(1)
-    if diverged or collapse or signalled:
+    if watch.stop:
       break
   bar.close()
+
+  # --- Finish: what stopped the run early, else the final metrics and pictures ---
   closing.close()  # the feed (its thread and worker processes, if any) and the metric writer
   checkpoints.wait(manager)
-  if diverged:
-    raise guard.Diverged(*diverged, manager.latest_step(), manager.directory, first=diverged == (start + 1, guard.NONFINITE_LOSS))
-  if collapse:
-    raise collapse
-  if signalled:
-    raise guard.Interrupted(signalled, done, manager.directory)
+  watch.raise_stop(manager.latest_step(), manager.directory)
   state = steps.leave(state)
   if not eval_metrics:  # nothing left to train: report on the restored state
     eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.batch_rows)
@@ -221,27 +150,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   if colour:
     print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
   return eval_metrics
-
-
-def cache_rule(config, setup: Setup, dataset, steps: Stepping, state, key, start: int) -> cache.Rule | None:
-  """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device', 'sharded' or 'host'),
-  sized where config.dataset.cache_bytes leaves it to the memory: the devices' beside the compiled step, or the
-  host's; None without a cache."""
-  if config.dataset.cache == "none":
-    return None
-  limit = config.dataset.cache_bytes
-  if config.dataset.cache == "host":
-    slots, where = cache.host_slots(limit, dataset.num_train, dataset.size), "in this process's memory"
-  else:
-    need = 0 if limit else step_bytes(steps.step, setup, dataset, config.batch_size, state, key)
-    shards = setup.batch_rows.blocks if config.dataset.cache == "sharded" else 1
-    slots = cache.slots(limit, dataset.num_train, dataset.size, setup.mesh, need, shards)
-    where = "on each device" if shards == 1 else f"over {shards} devices' memory (a block on each)"
-  rule = cache.Rule(slots, dataset.num_train, config.batch_size, setup.batch_rows.blocks, start)
-  print(f"cache: {slots:,} of {dataset.num_train:,} training images {where} "
-        f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
-        f"{min(setup.total_steps, rule.fill_end // config.batch_size)}", flush=True)
-  return rule
 
 
 def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
@@ -255,15 +163,6 @@ def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
     return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
   except (AttributeError, NotImplementedError, TypeError):
     return 4 << 30
-
-
-def input_workers(config) -> int:
-  """config.dataset.workers, with -1 resolved: none on CPU (XLA's compute needs the cores), else a process per 2
-  cores, which fed training fastest of the splits of a 32-core host into processes and threads tried
-  (docs/BENCHMARKS.md)."""
-  if config.dataset.workers >= 0:
-    return config.dataset.workers
-  return 0 if jax.default_backend() == "cpu" else max(1, (os.cpu_count() or 4) // 2)
 
 
 def data_position(config, dataset, next_batch: int) -> dict:
@@ -280,15 +179,6 @@ def check_position(saved: dict, now: dict) -> None:
   if changed:
     raise DataError(f"the checkpoint's input position does not fit this run ({'; '.join(changed)}): resume with the "
                     "data settings it was written with, or train in a new --workdir")
-
-
-def weights_from(path: str, setup: Setup, params):
-  """`params` (on the mesh) replaced by those of a weights file in the PyTorch/Caffe layout, placed like them; a last
-  layer of another number of classes stays as `params` made it (interchange.start_from)."""
-  fresh = multihost_utils.process_allgather(params, tiled=True)
-  loaded = interchange.start_from(path, setup.net.table, setup.image_size, fresh)
-  return jax.tree.map(lambda x, like: jax.make_array_from_callback(like.shape, like.sharding, lambda i: x[i]),
-                      loaded, params)
 
 
 def write_pictures(workdir: str, setup: Setup, state: TrainState, config) -> dict:

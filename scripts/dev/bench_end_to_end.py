@@ -31,6 +31,7 @@ from alexnet_jax import cli
 from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
 from alexnet_jax.data import cache, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
+from alexnet_jax.data.input import putter
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
 from alexnet_jax.data.device_batches import Rows, random_batch
 from alexnet_jax.training import loop, train
@@ -198,7 +199,8 @@ def main(argv):
                                host_share=float(share[0]) if share else 0.0, gpu_backends=backends or "all"))
     data = get_dataset(config)
     host = pipeline_rate(data, batch, args.steps, workers)
-    put = loop.putter(config, train.dataset_setup(config, data), data)  # the devices' decoders take spread rows
+    spread = train.dataset_setup(config, data).batch_rows  # the devices' decoders take spread rows
+    put = putter(config, data, spread, config.image_size)
     feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
     decoding = put.seconds
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
