@@ -257,4 +257,4 @@ class Model:
     config = self.run.config
     dataset = get_dataset(config, statistics=self.run.statistics)
     p_eval_step = jax.jit(functools.partial(eval_step, setup=self.setup), static_argnames="crops")
-    return evaluation.evaluate(self.state, dataset, config, p_eval_step, self.setup.batch_rows, crops)
+    return evaluation.evaluate(self.state, dataset, config, p_eval_step, self.setup.batch_layout, crops)

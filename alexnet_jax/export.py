@@ -91,9 +91,9 @@ def _batch(setup: train.Setup, batch_size: int | None, platforms, backend: str):
 
 
 def _batch_split(setup: train.Setup, ndim: int, axis: int = 0) -> NamedSharding:
-  """The batch axis `axis` split as training places batches (the setup's batch_rows)."""
+  """The batch axis `axis` split as training places batches (the setup's batch_layout)."""
   spec = [None] * ndim
-  spec[axis] = setup.batch_rows.axes
+  spec[axis] = setup.batch_layout.axes
   return NamedSharding(setup.mesh, P(*spec))
 
 

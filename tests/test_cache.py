@@ -15,7 +15,7 @@ from test_reliability import tiny_config
 from alexnet_jax.config import paper_config, validate
 from alexnet_jax.data import DataError, cache, procedural, train_batches
 from alexnet_jax.data.pipeline import make_dataset
-from alexnet_jax.data.device_batches import Rows
+from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network import sharding
 from alexnet_jax.training import loop
 
@@ -64,8 +64,8 @@ PUTS = {"device": cache.CachedPut, "sharded": functools.partial(cache.CachedPut,
 @pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
 def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
   model, data, axes = mesh
-  rows = Rows(sharding.make_mesh(model, data), axes)
-  rule = cache.Rule(SLOTS, N, BATCH, rows.blocks, start)
+  rows = BatchLayout(sharding.make_mesh(model, data), axes)
+  rule = cache.Schedule(SLOTS, N, BATCH, rows.blocks, start)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = where(rows, SIZE, 16, rule)
@@ -95,7 +95,7 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
 
 
 def test_rule_fills_from_the_start_through_the_first_whole_epoch():
-  fresh, resumed = cache.Rule(13, 20, 8, 1, 0), cache.Rule(13, 20, 8, 1, 3)
+  fresh, resumed = cache.Schedule(13, 20, 8, 1, 0), cache.Schedule(13, 20, 8, 1, 3)
   # Resumed at row 24, a run decodes the rest of that epoch and the whole next one (rows 40…59).
   assert fresh.fill_end == 20 and resumed.fill_end == 60
   assert fresh.writes(2) and not fresh.writes(3) and resumed.writes(7) and not resumed.writes(8)
@@ -103,7 +103,7 @@ def test_rule_fills_from_the_start_through_the_first_whole_epoch():
   np.testing.assert_array_equal(fresh.cached(2, np.array([0, 1, 2, 3, 4, 5, 17, 18])), [0, 0, 0, 0, 1, 1, 0, 0])
   assert not resumed.cached(6, np.arange(8)).any() and resumed.cached(7, np.arange(8)).sum() == 4
   assert [fresh.padded(k) for k in (0, 1, 2, 8)] == [1, 1, 2, 8]
-  assert [cache.Rule(0, 2000, 512, 2, 0).padded(k) for k in (0, 1, 33, 256)] == [1, 32, 64, 256]
+  assert [cache.Schedule(0, 2000, 512, 2, 0).padded(k) for k in (0, 1, 33, 256)] == [1, 32, 64, 256]
 
 
 def test_the_sharded_cache_holds_its_bytes_on_each_of_its_shards():
@@ -156,8 +156,8 @@ def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
 
 
 def test_a_cached_batch_with_crops_outside_the_images_is_refused(dataset):
-  rows = Rows(sharding.make_mesh(2, 1), ("data",))
-  rule = cache.Rule(SLOTS, N, BATCH, 1, 0)
+  rows = BatchLayout(sharding.make_mesh(2, 1), ("data",))
+  rule = cache.Schedule(SLOTS, N, BATCH, 1, 0)
   host, _ = train_batches(dataset, BATCH, cached=rule)[0]
   host["offset"] = host["offset"] + SIZE  # XLA would clamp such a crop silently
   with pytest.raises(ValueError, match="crop offsets must lie in"):
@@ -169,7 +169,7 @@ def test_host_cache_puts_a_batch_in_parts_and_joins_it_on_the_devices(mesh):
   # The host cache's buffer holds a batch chunk-major, each part a share of every row block, put on its own and joined
   # on the devices: the joined batch must be the batch, each device holding its rows.
   model, data, axes = mesh
-  rows = Rows(sharding.make_mesh(model, data), axes)
+  rows = BatchLayout(sharding.make_mesh(model, data), axes)
   batch = np.arange(16 * 2 * 2 * 3, dtype=np.uint8).reshape(16, 2, 2, 3)
   per_block = 16 // rows.blocks
   for chunks in (1, 2, 4):

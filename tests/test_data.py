@@ -31,7 +31,7 @@ from alexnet_jax.data import (
 )
 from alexnet_jax.data.pipeline import make_dataset
 from alexnet_jax.data.workers import SIGNALS, left_to_this_thread
-from alexnet_jax.data.device_batches import Rows
+from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import get_network
 from alexnet_jax.training import evaluation, train
@@ -152,7 +152,7 @@ def test_evaluation_counts_each_readable_image_once_and_the_unreadable_apart(fol
   setup = train.dataset_setup(config, data)
   state = train.create_train_state(setup, jax.random.key(0))
   p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
-  metrics = evaluation.evaluate(state, data, config, p_eval_step, setup.batch_rows)
+  metrics = evaluation.evaluate(state, data, config, p_eval_step, setup.batch_layout)
   assert metrics["count"] == 4 and metrics["unreadable"] == 1
 
 
@@ -409,7 +409,7 @@ def test_devices_decode_the_cpu_decoders_pixels_and_the_host_what_they_cannot(st
   lengths = np.diff(batch["jpeg_end"], prepend=0)
   assert lengths[cut - 1] and host_skipped == 2  # the corrupt one's substitute is the cut one, passed over
   assert not lengths[batch["host_rows"]].any() and lengths.sum() == len(batch["jpeg"])
-  sharding = Rows(sharding.make_mesh(2), ("data", "model")).sharding(4)
+  sharding = BatchLayout(sharding.make_mesh(2), ("data", "model")).sharding(4)
   with caplog.at_level(logging.WARNING):
     images, device_labels, device_skipped = nvdecode.DeviceDecoder(sharding, len(indices), host, 2)(batch)
   assert images.sharding == sharding and f"skipping unreadable image #{cut}" in caplog.text
@@ -432,7 +432,8 @@ def test_rows_past_the_decoding_processes_buffer_are_decoded_by_the_host(monkeyp
   expected, labels, _ = host.batch(indices)
   batch, _ = host.jpeg_batch(indices, np.zeros(0, np.int32))
   assert np.diff(batch["jpeg_end"], prepend=0).min() > 16 * 16 * 3 // 2  # every JPEG outweighs its room
-  decoder = nvdecode.DeviceDecoder(Rows(sharding.make_mesh(2), ("data", "model")).sharding(4), len(indices), host, 2)
+  layout = BatchLayout(sharding.make_mesh(2), ("data", "model"))
+  decoder = nvdecode.DeviceDecoder(layout.sharding(4), len(indices), host, 2)
   shared = [s.path for device in decoder.devices for s in (device.jpegs, device.pixels) if s]  # this decoder's own
   finish = decoder.start(batch)
   assert all(0 < len(device.cut[0]) < 6 for device in decoder.devices)  # of each device's 6, the first fit
@@ -460,7 +461,7 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
 
   host = decode.Decoder(Jpegs(store.examples[:N_REGULAR]), 48, threads=2)
   halves = [np.arange(6), np.arange(6, 12)]
-  decoder = nvdecode.DeviceDecoder(Rows(sharding.make_mesh(2), ("data", "model")).sharding(4), 6, host, 2)
+  decoder = nvdecode.DeviceDecoder(BatchLayout(sharding.make_mesh(2), ("data", "model")).sharding(4), 6, host, 2)
   finishes = [decoder.start(host.jpeg_batch(rows, np.zeros(0, np.int32))[0]) for rows in halves]
   with pytest.raises(RuntimeError, match="at most 2 batches"):
     decoder.start(host.jpeg_batch(halves[0], np.zeros(0, np.int32))[0])
@@ -479,9 +480,9 @@ def test_two_batches_decode_at_once_and_come_back_in_order(store):
 
 
 def test_training_batches_are_the_same_whoever_decodes_them(store):
-  """input.putter gives the step the same batch from the host's pixels and from the devices' decoding."""
+  """input.batch_placer gives the step the same batch from the host's pixels and from the devices' decoding."""
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
-  from alexnet_jax.data.input import putter  # noqa: PLC0415
+  from alexnet_jax.data.input import batch_placer  # noqa: PLC0415
   from alexnet_jax.training import train  # noqa: PLC0415
 
   config = data_config("store", threads=2)
@@ -489,7 +490,7 @@ def test_training_batches_are_the_same_whoever_decodes_them(store):
   on_host = make_dataset(config, store, Jpegs(store.examples[:4]), ("a", "b", "c"))
   on_devices = dataclasses.replace(on_host, decoder="gpu", host_share=0.25)
   setup = train.dataset_setup(config, on_host)
-  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), putter(config, d, setup.batch_rows, setup.image_size))
+  feeds = [Feed(iterate(train_batches(d, 8), 0, 0), batch_placer(config, d, setup.batch_layout, setup.image_size))
            for d in (on_host, on_devices)]
   for _ in range(3):  # an epoch and a half: the corrupt example is passed over once, on the host or the device
     (a, a_skipped), (b, b_skipped) = (next(f) for f in feeds)
@@ -506,7 +507,7 @@ def test_the_feed_puts_the_next_batch_before_it_finishes_the_last():
 
   calls = []
 
-  class Recorder:  # a putter that records the order of its calls
+  class Recorder:  # a batch_placer that records the order of its calls
     def put(self, batch):
       calls.append(f"put {batch}")
 
@@ -531,7 +532,7 @@ def test_the_feed_puts_the_next_batch_before_it_finishes_the_last():
 def test_the_feed_raises_the_error_of_its_thread():
   from alexnet_jax.data.feed import Feed  # noqa: PLC0415
 
-  class Failing:  # a putter that fails on batch 2
+  class Failing:  # a batch_placer that fails on batch 2
     def put(self, batch):
       if batch == 2:
         raise ValueError("bad batch 2")

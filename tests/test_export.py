@@ -228,7 +228,7 @@ def test_train_step_exported_for_cpu_and_tpu_runs_here_like_the_live_step(run):
   _, config, setup, state = run
   exported = export.export_train_step(setup, platforms=["cpu", "tpu"], batch_size=4)
   loaded = jax.export.deserialize(exported.serialize())  # TrainState and optax's states: registered by the module
-  batch = setup.batch_rows.put(train_batches(get_dataset(config), 4)[0][0])
+  batch = setup.batch_layout.put(train_batches(get_dataset(config), 4)[0][0])
   key = jax.random.key(7)
   live_state, live_metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
   new_state, metrics = loaded.call(state, batch, key)
@@ -264,7 +264,7 @@ def test_bfloat16_train_step_exported_for_cpu_and_tpu_runs_here():
   setup = train.make_setup(config, 10, 200)
   state = train.create_train_state(setup, jax.random.key(0))
   exported = export.export_train_step(setup, platforms=["cpu", "tpu"], batch_size=4)
-  batch = setup.batch_rows.put(train_batches(get_dataset(config), 4)[0][0])
+  batch = setup.batch_layout.put(train_batches(get_dataset(config), 4)[0][0])
   new_state, metrics = jax.export.deserialize(exported.serialize()).call(state, batch, jax.random.key(0))
   assert int(new_state.step) == 1 and np.isfinite(float(metrics["loss"]))
 

@@ -8,7 +8,7 @@ import pytest
 from test_cache import BATCH, SIZE, SLOTS, N, dataset  # noqa: F401  (dataset: the fixture)
 
 from alexnet_jax.data import cache, train_batches
-from alexnet_jax.data.device_batches import Rows
+from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network import sharding
 
 pytestmark = [pytest.mark.gpu,
@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.gpu,
 
 
 def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dataset):  # noqa: F811
-  rows = Rows(sharding.make_mesh(1, 1), ("data",))
-  rule = cache.Rule(SLOTS, N, BATCH, rows.blocks, 0)
+  rows = BatchLayout(sharding.make_mesh(1, 1), ("data",))
+  rule = cache.Schedule(SLOTS, N, BATCH, rows.blocks, 0)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = cache.HostCachedPut(rows, SIZE, 16, rule)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from alexnet_jax.config import GPU_BACKENDS
 from alexnet_jax.data import decode, nvdecode
-from alexnet_jax.data.device_batches import Rows
+from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network import sharding
 
 pytestmark = [pytest.mark.gpu,
@@ -47,7 +47,7 @@ def test_devices_decode_as_the_host_does_within_a_level(backends):
   n = 32 * len(jax.devices())
   photos = Photos(n + 8)
   host = decode.Decoder(photos, SIZE, threads=8)
-  spread = Rows(sharding.make_mesh(1, len(jax.devices())), ("data", "model")).sharding(4)
+  spread = BatchLayout(sharding.make_mesh(1, len(jax.devices())), ("data", "model")).sharding(4)
   decoder = nvdecode.DeviceDecoder(spread, n, host, 8, backends)
   for first in range(nvdecode.SLOTS + 2):  # every buffer, and again: each batch its own images
     indices = np.arange(first, first + n) % len(photos)

@@ -59,7 +59,7 @@ def test_auto_compiles_to_the_triton_program_on_cuda():
     config.mesh.model = min(2, jax.device_count())
     setup = train.make_setup(config, 1000, 1_281_167)
     state = train.create_train_state(setup, jax.random.key(0))
-    batch = setup.batch_rows.put(device_batches.random_batch(16, 224, 1000))
+    batch = setup.batch_layout.put(device_batches.random_batch(16, 224, 1000))
     step = jax.jit(functools.partial(train.train_step, setup=setup))
     text = step.lower(state, batch, jax.random.key(1)).compile().as_text()
     counts[backend] = {op: text.count(op) for op in (" conditional(", "triton_kernel_call", "custom-call(",

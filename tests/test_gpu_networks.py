@@ -57,7 +57,7 @@ def test_cuda_artifact_with_the_kernels_runs_like_the_live_model(tmp_path):
 
   step = export.export_train_step(setup, platforms=["cuda"], batch_size=64, size=256)
   loaded_step = jax.export.deserialize(step.serialize())
-  batch = setup.batch_rows.put(device_batches.random_batch(64, 224, 1000, size=256))
+  batch = setup.batch_layout.put(device_batches.random_batch(64, 224, 1000, size=256))
   live_state, live_metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
   new_state, metrics = loaded_step.call(state, batch, jax.random.key(1))
   assert max_difference(metrics, live_metrics) <= 1e-4 * float(live_metrics["loss"])
@@ -69,16 +69,16 @@ def test_alexnet_step_on_the_kernels_the_update_narrowed_gives_the_converting_st
   # converts the float32 params itself, on the paper's network with the Triton kernels.
   config = alexnet_config("bfloat16")
   setup = train.make_setup(config, 1000, 1_281_167)
-  batch = setup.batch_rows.put(device_batches.random_batch(64, 224, 1000, size=256))
+  batch = setup.batch_layout.put(device_batches.random_batch(64, 224, 1000, size=256))
   convert, steps = jax.jit(functools.partial(train.train_step, setup=setup)), train.jitted(setup)
   reference = train.create_train_state(setup, jax.random.key(0))
-  state = steps.enter(train.create_train_state(setup, jax.random.key(0)))
+  state = steps.into_step(train.create_train_state(setup, jax.random.key(0)))
   for _ in range(3):
     reference, want = convert(reference, batch, jax.random.key(1))
     state, got = steps.step(state, batch, jax.random.key(1))
     assert float(got["loss"]) == float(want["loss"])
   assert sorted(state.compute_kernels) == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc6", "fc7", "fc8"]
-  jax.tree.map(np.testing.assert_array_equal, steps.leave(state).params, reference.params)
+  jax.tree.map(np.testing.assert_array_equal, steps.out_of_step(state).params, reference.params)
 
 
 CASES = [(name, case) for name, table in (("vgg16", vgg16()), ("nin", nin()))
@@ -102,7 +102,7 @@ def network_step(network, dtype, backend):
   config.dtype, config.kernel_backend, config.batch_size = dtype, backend, STEP_BATCH
   setup = train.make_setup(config, 1000, 1_281_167)
   state = train.create_train_state(setup, jax.random.key(0))
-  batch = setup.batch_rows.put(device_batches.random_batch(STEP_BATCH, 224, 1000, size=256))
+  batch = setup.batch_layout.put(device_batches.random_batch(STEP_BATCH, 224, 1000, size=256))
   new, metrics = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
   update = np.concatenate([np.ravel(np.asarray(a, np.float64) - np.asarray(b, np.float64))
                            for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))])

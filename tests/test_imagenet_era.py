@@ -93,7 +93,7 @@ def test_config_trains_on_the_demo_data_without_tower_collectives(name):
   setup = train.dataset_setup(config, dataset)
   key = jax.random.key(0)
   state = train.train_state_init(setup).lower(key).compile(QUICK)(key)
-  batch = setup.batch_rows.put(train_batches(dataset, config.batch_size)[0][0])
+  batch = setup.batch_layout.put(train_batches(dataset, config.batch_size)[0][0])
   lowered = jax.jit(functools.partial(train.train_step, setup=setup), donate_argnums=0).lower(state, batch, key)
   step = lowered.compile(QUICK)
   # One tower, two data shards: inside the network only the gradients move (summed over 'data'); no layer gathers

@@ -67,7 +67,7 @@ def lowered_train_step(config):
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, jax.random.key(0))
   s = config.image_size
-  batch = setup.batch_rows.put(device_batches.random_batch(B, s, 10))
+  batch = setup.batch_layout.put(device_batches.random_batch(B, s, 10))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return setup, state, step.lower(state, batch, jax.random.key(0))
 

@@ -53,7 +53,7 @@ def two_steps(config) -> dict:
   """Parameters after two train steps on a fixed batch, as host arrays."""
   setup = train.make_setup(config, 10, 1000)
   state = train.create_train_state(setup, jax.random.key(0))
-  batch = setup.batch_rows.put(device_batches.random_batch(B, 32, 10, size=40))
+  batch = setup.batch_layout.put(device_batches.random_batch(B, 32, 10, size=40))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   for _ in range(2):
     state, _ = step(state, batch, jax.random.key(1))
@@ -76,7 +76,7 @@ def test_pmap_data_parallelism_gives_the_shard_map_numbers(one_device):
   config = tiny_config("data", 1, 2)
   setup = train.make_setup(config, 10, 1000)
   state = pmap.stack(setup.mesh, train.create_train_state(setup, jax.random.key(0)))
-  batch = pmap.rows(setup.mesh, setup.batch_rows.put(device_batches.random_batch(B, 32, 10, size=40)))
+  batch = pmap.rows(setup.mesh, setup.batch_layout.put(device_batches.random_batch(B, 32, 10, size=40)))
   assert state.params["fc5"]["bias"].shape == (2, 10) and batch["image"].shape == (2, B // 2, 40, 40, 3)
   step = pmap.train_step(setup)
   for _ in range(2):
@@ -98,14 +98,14 @@ def test_the_step_on_narrow_kernels_gives_the_numbers_of_the_step_converting_the
   config.dtype = "bfloat16"
   setup = train.make_setup(config, 10, 1000)
   reference = train.create_train_state(setup, jax.random.key(0))
-  batch = setup.batch_rows.put(device_batches.random_batch(B, 32, 10, size=40))
+  batch = setup.batch_layout.put(device_batches.random_batch(B, 32, 10, size=40))
   convert, steps = jax.jit(functools.partial(train.train_step, setup=setup)), train.jitted(setup)
-  state = steps.enter(train.create_train_state(setup, jax.random.key(0)))
+  state = steps.into_step(train.create_train_state(setup, jax.random.key(0)))
   for _ in range(2):
     reference, _ = convert(reference, batch, jax.random.key(1))
     state, _ = steps.step(state, batch, jax.random.key(1))
   kernels = {name: np.asarray(k["kernel"]) for name, k in (state.compute_kernels or {}).items()}
-  held = steps.leave(state)
+  held = steps.out_of_step(state)
   assert held.compute_kernels is None and reference.compute_kernels is None
   got = jax.tree.leaves((held.params, held.opt_state))
   for (path, want), got in zip(jax.tree_util.tree_leaves_with_path((reference.params, reference.opt_state)), got,

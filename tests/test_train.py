@@ -72,7 +72,7 @@ def test_run_leaves_tensorboard_and_jsonl_metrics(demo_run):
 
 def steps_on_one_batch(setup, config, state, steps=4):
   """(state, per-example losses) after `steps` train steps on the first batch of 16."""
-  batch = setup.batch_rows.put(first_batch(config, 16))
+  batch = setup.batch_layout.put(first_batch(config, 16))
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   losses = []
   for _ in range(steps):
@@ -96,7 +96,7 @@ def test_bfloat16_compute_keeps_float32_parameters():
     config = demo_config(batch_size=8, dtype=dtype, image_size=64)
     setup = train.make_setup(config, 10, 4800)
     state = train.create_train_state(setup, jax.random.key(0))
-    batch = setup.batch_rows.put(first_batch(config, 8))
+    batch = setup.batch_layout.put(first_batch(config, 8))
     state, m = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, jax.random.key(1))
     assert all(p.dtype == np.float32 for p in jax.tree.leaves(state.params))
     losses[dtype] = float(m["loss"]) / 8
@@ -178,7 +178,7 @@ def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference(ba
   batch = device_batches.random_batch(6, 96, 10, seed=2, size=110)
   batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
   assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
-  got = jax.jit(functools.partial(train.model_input, setup))(setup.batch_rows.put(batch))
+  got = jax.jit(functools.partial(train.model_input, setup))(setup.batch_layout.put(batch))
   crops = np.stack([augment.crop_flip(x, *offset, flip, 96) for x, offset, flip
                     in zip(batch["image"], batch["offset"], batch["flip"])])
   expected = (crops / 255 + batch["shift"][:, None, None] - [0.4, 0.5, 0.6]) / [0.2, 0.25, 0.3]
@@ -194,7 +194,7 @@ def test_ten_crop_evaluation_averages_the_crops_softmax():
   batch = dict(image=images, label=np.array([0, 1, 2, 3], np.int32), mask=np.array([True] * 3 + [False]))
   p_eval_step = jax.jit(functools.partial(train.eval_step, setup=setup), static_argnames="crops")
   forward = jax.jit(train.logits_fn(setup), static_argnums=3)  # one program, not one per operation
-  m = p_eval_step(state, setup.batch_rows.put(batch), crops=10)
+  m = p_eval_step(state, setup.batch_layout.put(batch), crops=10)
   crops = np.concatenate([augment.ten_crops(x, 96) for x in images])  # the numpy reference, on the host
   images = device_augment.normalise(crops, None, setup.mean, setup.std)
   logits = forward(state.params, images, jax.random.key(0), False)
@@ -202,18 +202,18 @@ def test_ten_crop_evaluation_averages_the_crops_softmax():
   expected_top1 = (probs.argmax(-1) == [0, 1, 2]).sum()
   assert int(m["count"]) == 3 and int(m["top1"]) == expected_top1
   np.testing.assert_allclose(float(m["loss"]), -np.log(probs[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
-  centre = p_eval_step(state, setup.batch_rows.put(batch), crops=1)
+  centre = p_eval_step(state, setup.batch_layout.put(batch), crops=1)
   images = device_augment.normalise(crops[4::10], None, setup.mean, setup.std)
   logits = forward(state.params, images, jax.random.key(0), False)
   np.testing.assert_allclose(float(centre["loss"]), float(train.metrics_of(logits, batch["label"], batch["mask"])
                                                            ["loss"]), rtol=1e-5)
-  five = p_eval_step(state, setup.batch_rows.put(batch), crops=5)  # the unmirrored crops: the first five of ten
+  five = p_eval_step(state, setup.batch_layout.put(batch), crops=5)  # the unmirrored crops: the first five of ten
   images = device_augment.normalise(np.concatenate([c[:5] for c in crops.reshape(4, 10, 96, 96, 3)]), None,
                                     setup.mean, setup.std)
   probs = np.asarray(jax.nn.softmax(forward(state.params, images, jax.random.key(0), False))).reshape(4, 5, 10)
   np.testing.assert_allclose(float(five["loss"]), -np.log(probs.mean(1)[[0, 1, 2], [0, 1, 2]]).sum(), rtol=1e-4)
   with pytest.raises(ValueError, match="crops must be 1 .centre., 5 .corners and centre. or 10"):
-    p_eval_step(state, setup.batch_rows.put(batch), crops=3)
+    p_eval_step(state, setup.batch_layout.put(batch), crops=3)
 
 
 def test_many_crop_evaluation_mirrors_only_what_training_mirrored():
@@ -333,7 +333,7 @@ def test_label_smoothing_spreads_the_targets():
   config = demo_config(batch_size=8, label_smoothing=0.1, weight_decay=0.0, momentum=0.0, image_size=64)
   setup = train.make_setup(config, 10, 4800)
   state = train.create_train_state(setup, jax.random.key(0))
-  batch = setup.batch_rows.put(first_batch(config, 8))
+  batch = setup.batch_layout.put(first_batch(config, 8))
   key = jax.random.key(1)
   new, _ = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
   logits = jax.jit(train.logits_fn(setup), static_argnums=3)(state.params, train.model_input(setup, batch),

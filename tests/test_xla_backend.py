@@ -120,7 +120,7 @@ def small_config(model: int):
 def lowered_step_text(config) -> str:
   setup = train.make_setup(config, 10, 1000)
   state = jax.eval_shape(lambda k: train.create_train_state(setup, k), jax.random.key(0))
-  batch = setup.batch_rows.put(device_batches.random_batch(B, config.image_size, 10))
+  batch = setup.batch_layout.put(device_batches.random_batch(B, config.image_size, 10))
   return jax.jit(functools.partial(train.train_step, setup=setup)).lower(state, batch, jax.random.key(0)).as_text()
 
 

@@ -1,7 +1,7 @@
 """Decoded training images kept in device memory (config.dataset.cache 'device' or 'sharded') or in the host's
 ('host'), so that an image is decoded once per run instead of once per epoch. docs/data.md describes the three.
 
-Which and when (`Rule`): the first `slots` images of the training split, each in slot = its index. A run (re)starts
+Which and when (`Schedule`): the first `slots` images of the training split, each in slot = its index. A run (re)starts
 with an empty cache and decodes every image up to the end of the first whole epoch after its start (`fill_end`),
 writing the cacheable ones as they pass; from there on a row whose image has a slot comes from the cache. Both are
 pure functions of (seed, step, start): a batch is the same images and labels with or without the cache, and a
@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alexnet_jax.data.device_batches import HostPut, Rows, check_batch
+from alexnet_jax.data.device_batches import HostPut, BatchLayout, check_batch
 from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
@@ -42,7 +42,7 @@ def image_bytes(size: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rule:
+class Schedule:
   """Which rows of training step `step`'s global batch come from the cache: those whose image has a slot (index <
   slots) and whose position lies at or after fill_end."""
 
@@ -74,7 +74,7 @@ class Rule:
     return max(1, -(-decoded_per_block // quantum) * quantum)
 
 
-def layout(rule: Rule, step: int, indices: np.ndarray, rows: slice) -> tuple[np.ndarray, int]:
+def layout(rule: Schedule, step: int, indices: np.ndarray, rows: slice) -> tuple[np.ndarray, int]:
   """For this process's `rows` of step's global batch (examples `indices`, the global batch's): ('decoded' (n,)
   int32: each decoded row's place in its block's K, −1 for a cached one; K). K is the same on every process: from
   the global batch's busiest block."""
@@ -90,7 +90,7 @@ class CachedPut(HostPut):
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
   written into the cache. Batches must come in order from rule.start: whether one writes follows the step."""
 
-  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule, sharded: bool = False):
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, sharded: bool = False):
     super().__init__(rows, size, image_size)
     self.rule, self.step = rule, rule.start
     # sharded: row block b holds slots [b·k, (b+1)·k), k = held / blocks; the last block's tail is never written
@@ -115,7 +115,7 @@ class HostCachedPut(HostPut):
   decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batch placed
   as a decoded one. Batches must come in order from rule.start."""
 
-  def __init__(self, rows: Rows, size: int, image_size: int, rule: Rule):
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size)
     self.rule, self.step = rule, rule.start
     # Pages are taken as images are written: a cache the run never fills costs nothing.
@@ -204,7 +204,7 @@ def _chunk_major(n: int, per_block: int, chunks: int) -> np.ndarray:
   return (offset // part) * (local_blocks * part) + block * part + offset % part
 
 
-def _joined(rows: Rows):
+def _joined(rows: BatchLayout):
   """jit(chunks → the batch's images): the devices' inverse of _chunk_major, each on its own rows."""
   def join(*chunks):
     parts = [c.reshape(rows.blocks, -1, *c.shape[1:]) for c in chunks]  # (blocks, rows of a part, …)
@@ -213,14 +213,14 @@ def _joined(rows: Rows):
   return jax.jit(join, out_shardings=rows.sharding(4))
 
 
-def cached_put(kind: str, rows: Rows, size: int, image_size: int, rule: Rule) -> HostPut:
+def cached_put(kind: str, rows: BatchLayout, size: int, image_size: int, rule: Schedule) -> HostPut:
   """The put of config.dataset.cache `kind`: 'device', 'sharded' or 'host'."""
   if kind == "host":
     return HostCachedPut(rows, size, image_size, rule)
   return CachedPut(rows, size, image_size, rule, sharded=kind == "sharded")
 
 
-def _decoded_per_block(batch: dict, rule: Rule) -> int:
+def _decoded_per_block(batch: dict, rule: Schedule) -> int:
   """K of a host batch under the cache (each of this process's row blocks holds K decoded rows), its 'decoded' and
   'index' checked against it."""
   n = len(batch["label"])
@@ -230,7 +230,7 @@ def _decoded_per_block(batch: dict, rule: Rule) -> int:
   return k
 
 
-def _assembly(rows: Rows, slots: int, write: bool, sharded: bool = False):
+def _assembly(rows: BatchLayout, slots: int, write: bool, sharded: bool = False):
   """The jitted (cache images, cache labels, decoded, places, indices, labels) → (cache images, cache labels, batch
   images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache;
   `sharded`: each row block's devices hold their block of the slots (CachedPut)."""

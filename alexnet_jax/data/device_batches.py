@@ -1,10 +1,10 @@
 """Training batches on the mesh: the batch contract, which rows each device and process receives, and the objects that
 put a host batch on the devices (HostPut) or have the devices decode it (DevicePut).
 
-A batch's rows are split over some of the mesh's axes and replicated over the others (`Rows`): the placement plan
+A batch's rows are split over some of the mesh's axes and replicated over the others (`BatchLayout`): the placement plan
 says which (network.placement: the 'data' axis for towers that each read their data shard's whole batch, as the
 paper's GPUs each received the whole batch; 'data' and 'model' for data-parallel first layers). The host sends each
-device the rows it holds, and a process reads the rows its devices hold (`Rows.process_rows`), so that the global
+device the rows it holds, and a process reads the rows its devices hold (`BatchLayout.process_rows`), so that the global
 batch is the one a single process would read.
 """
 
@@ -55,7 +55,7 @@ def random_batch(n: int, image_size: int, num_classes: int, seed: int = 0, size:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rows:
+class BatchLayout:
   """A batch's rows split over the mesh axes `axes` (major first) and replicated over the others."""
 
   mesh: jax.sharding.Mesh
@@ -88,7 +88,7 @@ class HostPut:
   """put(host batch) → finish, finish() → (device batch, images skipped on the device: none), as data.feed.Feed
   takes it: the host's images and draws placed on the mesh."""
 
-  def __init__(self, rows: Rows, size: int, image_size: int):
+  def __init__(self, rows: BatchLayout, size: int, image_size: int):
     self.rows, self.size, self.image_size = rows, size, image_size
     self.seconds = {}  # where a put's time went beyond the feed's own split: nowhere else here
 
@@ -106,7 +106,7 @@ class DevicePut(HostPut):
   device's rows; finish collects them with the draws and labels placed beside them. close() stops the processes;
   `seconds` says where the decoding's time went."""
 
-  def __init__(self, rows: Rows, size: int, image_size: int, batch_size: int, host, backends: str):
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, batch_size: int, host, backends: str):
     super().__init__(rows, size, image_size)
     process_rows = rows.process_rows(batch_size)
     self.share = process_rows.stop - process_rows.start

@@ -16,15 +16,15 @@ IN_FLIGHT = 2  # batches put and not yet finished: the next is under way (decodi
 
 class Feed:
   """An iterator of (device batch, skipped) from the iterator `host_batches` of (host batch, skipped).
-  `putter.put(host batch)` (data.device_batches.HostPut, DevicePut) starts a batch on its way and returns `finish`, which
-  returns (device batch, images skipped on the device); the next batch is put before the last is finished, so a put
-  that hands its work to others (the decoding processes) overlaps with collecting the last. An exception in the
-  thread is raised by next().
+  `batch_placer.put(host batch)` (data.device_batches.HostPut, DevicePut) starts a batch on its way and returns
+  `finish`, which returns (device batch, images skipped on the device); the next batch is put before the last is
+  finished, so a put that hands its work to others (the decoding processes) overlaps with collecting the last. An
+  exception in the thread is raised by next().
   `seconds` says where the thread's time went: waiting for host batches ('host'), putting and finishing them
   ('put'), waiting for the loop to take them ('loop')."""
 
-  def __init__(self, host_batches, putter):
-    self._host, self._putter = host_batches, putter
+  def __init__(self, host_batches, batch_placer):
+    self._host, self._putter = host_batches, batch_placer
     self._ready = queue.Queue(AHEAD)
     self._stop = threading.Event()
     self.seconds = dict(host=0.0, put=0.0, loop=0.0)
@@ -79,7 +79,7 @@ class Feed:
     return item
 
   def close(self) -> None:
-    """Stops the thread, then the host iterator's worker processes and the putter's decoding processes, if any."""
+    """Stops the thread, then the host iterator's worker processes and the batch_placer's decoding processes, if any."""
     self._stop.set()
     self._thread.join()
     while not self._ready.empty():

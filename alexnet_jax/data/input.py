@@ -8,24 +8,25 @@ import os
 import jax
 
 from alexnet_jax.data import cache
-from alexnet_jax.data.device_batches import DevicePut, HostPut, Rows
+from alexnet_jax.data.device_batches import DevicePut, HostPut, BatchLayout
 from alexnet_jax.data.feed import Feed
 from alexnet_jax.data.pipeline import iterate, train_batches
 from alexnet_jax.data.workers import left_to_this_thread
 
 
-def input_feed(config, dataset, rows: Rows, image_size: int, total_steps: int, *, start: int, step_memory) -> Feed:
+def input_feed(config, dataset, rows: BatchLayout, image_size: int, total_steps: int, *, start: int,
+               step_memory) -> Feed:
   """The feed of (device batch, skipped) of a run's steps from `start` on, through the cache config.dataset.cache
-  keeps (cache_rule; `step_memory()` says the compiled step's device memory, asked only where the cache is sized by
+  keeps (cache_schedule; `step_memory()` says the compiled step's device memory, asked only where the cache is sized by
   what the step leaves), its batches placed as `rows` say and cropped to `image_size`; total_steps: the run's. The
   feed's thread and the decoding processes leave the stop signals to training (workers.left_to_this_thread)."""
-  rule = cache_rule(config, dataset, rows, total_steps, start, step_memory)
+  rule = cache_schedule(config, dataset, rows, total_steps, start, step_memory)
   batches = train_batches(dataset, config.batch_size, rows=rows.process_rows(config.batch_size), cached=rule)
   with left_to_this_thread():
-    return Feed(iterate(batches, start, input_workers(config)), putter(config, dataset, rows, image_size, rule))
+    return Feed(iterate(batches, start, input_workers(config)), batch_placer(config, dataset, rows, image_size, rule))
 
 
-def putter(config, dataset, rows: Rows, image_size: int, cached: cache.Rule | None = None):
+def batch_placer(config, dataset, rows: BatchLayout, image_size: int, cached: cache.Schedule | None = None):
   """What puts the feed's host batches on the devices: the host's images, with the device cache (`cached`) the host's
   and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
   processes."""
@@ -36,7 +37,8 @@ def putter(config, dataset, rows: Rows, image_size: int, cached: cache.Rule | No
   return DevicePut(rows, dataset.size, image_size, config.batch_size, dataset.train, config.dataset.gpu_backends)
 
 
-def cache_rule(config, dataset, rows: Rows, total_steps: int, start: int, step_memory) -> cache.Rule | None:
+def cache_schedule(config, dataset, rows: BatchLayout, total_steps: int, start: int,
+                   step_memory) -> cache.Schedule | None:
   """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device', 'sharded' or 'host'),
   sized where config.dataset.cache_bytes leaves it to the memory: the devices' beside the compiled step (its bytes:
   `step_memory()`), or the host's; None without a cache."""
@@ -50,7 +52,7 @@ def cache_rule(config, dataset, rows: Rows, total_steps: int, start: int, step_m
     shards = rows.blocks if config.dataset.cache == "sharded" else 1
     slots = cache.slots(limit, dataset.num_train, dataset.size, rows.mesh, need, shards)
     where = "on each device" if shards == 1 else f"over {shards} devices' memory (a block on each)"
-  rule = cache.Rule(slots, dataset.num_train, config.batch_size, rows.blocks, start)
+  rule = cache.Schedule(slots, dataset.num_train, config.batch_size, rows.blocks, start)
   print(f"cache: {slots:,} of {dataset.num_train:,} training images {where} "
         f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
         f"{min(total_steps, rule.fill_end // config.batch_size)}", flush=True)

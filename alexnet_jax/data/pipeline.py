@@ -115,15 +115,15 @@ class Dataset:
 
 
 def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, process_count: int = 1,
-                  rows: slice | None = None, cached: cache.Rule | None = None):
+                  rows: slice | None = None, cached: cache.Schedule | None = None):
   """A grain.MapDataset whose element `step` is (batch, skipped): this process's share of the global batch of
   training step `step`, and how many unreadable images its examples passed over.
 
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
   every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
-  data.device_batches.Rows.process_rows). Under the device cache's rule `cached`, the rows it holds are not decoded
-  (cache.py's batch layout).
+  data.device_batches.BatchLayout.process_rows). Under the device cache's schedule `cached`, the rows it holds are not
+  decoded (cache.py's batch layout).
   """
   if rows is None:
     if batch_size % process_count:
@@ -136,7 +136,7 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   return draws.random_map(dataset.draw).map_with_index(functools.partial(_process_share, dataset, rows, cached))
 
 
-def _process_share(dataset: Dataset, rows: slice, cached: cache.Rule | None, step: int,
+def _process_share(dataset: Dataset, rows: slice, cached: cache.Schedule | None, step: int,
                    draws: dict) -> tuple[dict, int]:
   share = {k: v[rows] for k, v in draws.items()}
   if cached is None or not cached.slots:
@@ -182,7 +182,7 @@ def _ahead() -> grain.ReadOptions:
 def eval_batches(dataset: Dataset, batch_size: int, rows: slice = slice(None)) -> Iterator[dict]:
   """The evaluation split in order, S×S images (the device crops them); the last batch is padded by repeating its
   last example and the padding is masked out. Of each batch, only `rows` (this process's:
-  data.device_batches.Rows.process_rows)."""
+  data.device_batches.BatchLayout.process_rows)."""
   batches = grain.MapDataset.range(dataset.num_eval).batch(batch_size)
   batches = batches.map(lambda i: dataset.eval_batch(i, batch_size, rows))
   yield from batches.to_iter_dataset(_ahead())

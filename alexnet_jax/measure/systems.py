@@ -112,18 +112,18 @@ def build(system: System, config, devices: int | None = None) -> Step:
     create, forward = functools.partial(train.create_train_state, setup), None
   host_batch = random_batch(config.batch_size, config.image_size, classes, size=config.dataset.resize)
   dropout_key = jax.random.key(1)
-  batch = setup.batch_rows.put(host_batch)
+  batch = setup.batch_layout.put(host_batch)
   if system.layout == "pmap":
     state, batch = pmap.stack(setup.mesh, create(key)), pmap.rows(setup.mesh, batch)
     return Step(setup, pmap.train_step(setup).lower(state, batch, dropout_key).compile(), state, batch,
                 dropout_key)
   step = jax.jit(functools.partial(train.train_step, setup=setup, forward=forward), donate_argnums=0)
-  # The state as training holds it (train.jitted's enter); plain XLA's network converts its own weights.
-  enter = (lambda state: state) if forward else functools.partial(train.narrowed, setup)
+  # The state as training holds it (train.jitted's into_step); plain XLA's network converts its own weights.
+  into_step = (lambda state: state) if forward else functools.partial(train.with_compute_kernels, setup)
   # Compiled for the state's shapes and placement before the state is made: a system that cannot run here fails
   # before the (on a CPU, slow) initialisation.
-  compiled = step.lower(enter(jax.eval_shape(create, key)), batch, dropout_key).compile()
-  return Step(setup, compiled, enter(create(key)), batch, dropout_key)
+  compiled = step.lower(into_step(jax.eval_shape(create, key)), batch, dropout_key).compile()
+  return Step(setup, compiled, into_step(create(key)), batch, dropout_key)
 
 
 def train_flops_per_image(table: Table, image_size: int) -> int:

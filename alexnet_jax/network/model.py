@@ -54,7 +54,7 @@ class Network(nn.Module):
   """Applies a layer table to CHWN images (3, H, W, N) and returns logits (N, classes) in float32.
 
   With `tower_axis` naming a manual mesh axis, each layer runs where the table's placement puts it on that axis
-  (placement.plan for the axis's size); without one, every tower runs here. Each layer runs as its kind says
+  (`plan`, made for the axis's size); without one, every tower runs here. Each layer runs as its kind says
   (network/layers), in the ops that layers.steps makes of the plan; the kinds use the services below: a layer's
   weights, the devices of the tower axis, this device's rows of the batch.
   """
@@ -67,10 +67,16 @@ class Network(nn.Module):
   # table.initial_weights: 'paper' N(0, 0.01) and the table's biases; 'he' He's scale, which trains small nets faster
   weight_init: str = "paper"
   backend: str = "auto"  # the ops' backend (ops.BACKENDS); sharding.sharded_apply resolves 'auto' network-wide
+  # The table's placement plan on the mesh it runs on (a setup's, made once: train.make_setup); None: made here for
+  # the tower axis's size alone
+  plan: placement.Plan | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool = False):
-    plan = placement.plan(self.table, model=self.slices())
+    plan = self.plan or placement.plan(self.table, model=self.slices())
+    if plan.model != self.slices():
+      raise ValueError(f"the network's plan is for a model axis of {plan.model} devices, but it runs on "
+                       f"{self.slices()}")
     activations = {}
     x = x.astype(self.dtype)
     for step in layers.steps(plan.layers):

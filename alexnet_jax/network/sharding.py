@@ -36,7 +36,9 @@ def make_mesh(model: int, data: int = 1, devices=None) -> jax.sharding.Mesh:
 
 
 def mesh_plan(net: Network, mesh) -> Plan:
-  """The plan of the network's table on this mesh."""
+  """The plan of the network's table on this mesh: the network's own, where it was made for this mesh's shape."""
+  if net.plan is not None and (net.plan.model, net.plan.data) == (mesh.shape["model"], mesh.shape["data"]):
+    return net.plan
   return placement.plan(net.table, model=mesh.shape["model"], data=mesh.shape["data"])
 
 
@@ -94,7 +96,7 @@ def sharded_apply(net: Network, mesh):
   batch_in, batch_out = (tuple(a for a in axes if a in manual) or None
                          for axes in (plan.input_axes, plan.output_axes))
   local_net = net.clone(tower_axis="model" if "model" in manual else None,
-                        batch_axis="data" if "data" in manual else None)
+                        batch_axis="data" if "data" in manual else None, plan=plan)
   specs = functools.partial(param_specs, plan, axis=local_net.tower_axis)
 
   def run_with(backend, train):

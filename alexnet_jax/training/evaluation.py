@@ -21,8 +21,8 @@ def summarise(sums: dict) -> dict:
 
 def evaluate(state, dataset, config, p_eval_step, rows, crops: int = 1) -> dict:
   """Metrics over the readable examples of the evaluation split (each counted once: `count`; `unreadable` those
-  that could not be read), its batches placed as `rows` (data.device_batches.Rows) say; p_eval_step is eval_step jitted
-  with `crops` static."""
+  that could not be read), its batches placed as `rows` (data.device_batches.BatchLayout) say; p_eval_step is
+  eval_step jitted with `crops` static."""
   total, unreadable = None, 0
   for batch in eval_batches(dataset, config.eval_batch_size, rows.process_rows(config.eval_batch_size)):
     unreadable += int(batch.pop("unreadable"))
@@ -38,5 +38,5 @@ def evaluate_checkpoint(workdir: str, config=None, crops=(1, 10)) -> tuple[int, 
   described, setup, state = restore_newest(workdir, config)
   dataset = get_dataset(described.config, statistics=described.statistics)
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup), static_argnames="crops")
-  return int(state.step), {c: evaluate(state, dataset, described.config, p_eval_step, setup.batch_rows, c)
+  return int(state.step), {c: evaluate(state, dataset, described.config, p_eval_step, setup.batch_layout, c)
                            for c in crops}

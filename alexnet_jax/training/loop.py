@@ -40,9 +40,9 @@ def stepping(config, setup: Setup) -> Stepping:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains to config.num_epochs (or num_steps), resuming from the newest checkpoint in `workdir` that restores;
-  returns the final eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM, SIGINT or SIGHUP stop it after a step,
-  the same on every process, with that step saved (guard.Interrupted); a non-finite loss or state stops it without
-  saving (guard.Diverged)."""
+  returns the final eval metrics. The run holds the workdir alone (workdirs.claim); SIGTERM, SIGINT or SIGHUP stop it
+  after a step, the same on every process, with that step saved (guard.Interrupted); a non-finite loss or state stops
+  it without saving (guard.Diverged)."""
   config = validate(config)
   # `closing` closes the metric writer and the feed on the way out of an error too: tensorboardX's own clean-up at
   # exit would print a traceback, and the feed's data workers would outlive the run.
@@ -81,11 +81,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   print(f"{config.network}: {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters, "
         f"mesh {dict(setup.mesh.shape)} on {setup.mesh.devices.flat[0].platform}, "
         f"steps {start}→{setup.total_steps}, workdir {workdir}", flush=True)
-  state = steps.enter(state)
+  state = steps.into_step(state)
 
   # --- Input: the batches from `start` on, through a cache sized beside the compiled step ---
   step_memory = functools.partial(step_bytes, steps.step, setup, dataset, config.batch_size, state, key)
-  feed = input_feed(config, dataset, setup.batch_rows, setup.image_size, setup.total_steps, start=start,
+  feed = input_feed(config, dataset, setup.batch_layout, setup.image_size, setup.total_steps, start=start,
                     step_memory=step_memory)
   closing.callback(feed.close)
 
@@ -123,9 +123,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
               and not watch.failed and watch.finite(state))  # never write a non-finite state
     if evaluating or saving:
       jax.block_until_ready(state)  # the steps queued so far are training time; what follows is not
-      pause, held = time.time(), steps.leave(state)
+      pause, held = time.time(), steps.out_of_step(state)
     if evaluating:
-      eval_metrics = evaluate(held, dataset, config, p_eval_step, setup.batch_rows)
+      eval_metrics = evaluate(held, dataset, config, p_eval_step, setup.batch_layout)
       if writer:
         writer.write("eval", done, eval_metrics)
       bar.write(f"step {done}: eval loss {eval_metrics['loss']:.4f}  top-1 {eval_metrics['top1']:.4f}  "
@@ -143,9 +143,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, signals
   closing.close()  # the feed (its thread and worker processes, if any) and the metric writer
   checkpoints.wait(manager)
   watch.raise_stop(manager.latest_step(), manager.directory)
-  state = steps.leave(state)
+  state = steps.out_of_step(state)
   if not eval_metrics:  # nothing left to train: report on the restored state
-    eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.batch_rows)
+    eval_metrics = evaluate(state, dataset, config, p_eval_step, setup.batch_layout)
   colour = write_pictures(workdir, setup, state, config)
   if colour:
     print("conv1 colour specialisation: " + ", ".join(f"{k.split('_')[-1]} {v:.3f}" for k, v in colour.items()))
@@ -156,7 +156,7 @@ def step_bytes(step, setup: Setup, dataset, batch_size: int, state, key) -> int:
   """The device memory that the compiled training step `step` takes beyond its arguments (XLA's temporaries and
   outputs) on batches of `batch_size` stored images of the dataset, or 4 GiB where the step cannot say (pmap's)."""
   example = random_batch(batch_size, setup.image_size, dataset.num_classes, size=dataset.size)
-  example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_rows.sharding(v.ndim))
+  example = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=setup.batch_layout.sharding(v.ndim))
              for k, v in example.items()}
   try:
     analysis = step.lower(state, example, key).compile().memory_analysis()

@@ -58,7 +58,7 @@ def rows(mesh, batch: dict) -> dict:
 def train_step(setup: train.Setup):
   """train.train_step pmapped over the setup mesh's devices: (stacked state, stacked batch, key) → (stacked state,
   metrics summed over the devices, as train.train_step gives them)."""
-  net = setup.net.clone(tower_axis=None, batch_axis=AXIS)
+  net = setup.net.clone(tower_axis=None, batch_axis=AXIS, plan=None)  # every device a replica: no model axis
 
   def forward(params, images, key, training):
     def run(backend):

@@ -2,7 +2,7 @@
 create_train_state, train_step and eval_step; the loop that runs them is loop.py.
 
 A step receives batches of stored uint8 images with the host's draws (data/pipeline.py's contract) placed as the
-setup's `batch_rows` say, and cuts, flips, shifts and normalises the crops on the devices (data/device_augment.py)
+setup's `batch_layout` say, and cuts, flips, shifts and normalises the crops on the devices (data/device_augment.py)
 before the network reads them where its placement plan wants them.
 """
 
@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.config import MAX_STEPS, network_table
 from alexnet_jax.data import device_augment
-from alexnet_jax.data.device_batches import Rows
+from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network
@@ -37,7 +37,7 @@ class TrainState(flax.struct.PyTreeNode):
   opt_state: Any
   # Kernels in the network's narrower compute dtype (compute_kernels), written by the update that writes the params:
   # the step would otherwise convert them before reading them (fc6's: 151 MB read and 75 MB written a step). The
-  # step holds them (Stepping.enter); checkpoints, evaluation and exports see None.
+  # step holds them (Stepping.into_step); checkpoints, evaluation and exports see None.
   compute_kernels: Any = None
 
 
@@ -49,7 +49,7 @@ class Setup:
   net: Network
   mesh: jax.sharding.Mesh
   plan: placement.Plan
-  batch_rows: Rows  # how a batch's rows lie on the mesh as the host puts them
+  batch_layout: BatchLayout  # how a batch's rows lie on the mesh as the host puts them
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   total_steps: int
@@ -68,7 +68,7 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
     raise ValueError(f"network {config.network!r} has {table.towers} towers, but config.towers={config.towers}")
   mesh = sharding.make_mesh(config.mesh.model, config.mesh.data)
   plan = placement.plan(table, config.strategy, mesh.shape["model"], mesh.shape["data"])
-  net = Network(plan.table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init,
+  net = Network(plan.table, dtype=jnp.dtype(config.dtype), weight_init=config.weight_init, plan=plan,
                 backend=config.kernel_backend)
   if config.batch_size % mesh.size or config.eval_batch_size % mesh.size:
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by the mesh's {mesh.size} devices "
@@ -76,7 +76,7 @@ def make_setup(config, num_classes: int, num_train: int, mean=IMAGENET.mean, std
   # Each device receives the rows its first layer reads; or only its own, the crops then gathered over 'model' on
   # the devices (config.gather_input), which the devices' decoders need: each decodes its own rows.
   spread = config.gather_input or config.dataset.decoder == "gpu"
-  rows = Rows(mesh, ("data", "model") if spread else plan.input_axes)
+  rows = BatchLayout(mesh, ("data", "model") if spread else plan.input_axes)
   steps_per_epoch = max(1, num_train // config.batch_size)
   total_steps = config.num_steps or math.ceil(config.num_epochs * steps_per_epoch)
   if total_steps > MAX_STEPS or max((*config.lr_drop_epochs, config.warmup_epochs)) * steps_per_epoch > MAX_STEPS:
@@ -123,7 +123,8 @@ def train_state_init(setup: Setup):
 def initial_params(setup: Setup, key) -> dict:
   """The network's parameters as create_train_state draws them from `key`, unplaced."""
   s = setup.image_size
-  return setup.net.init(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
+  # Every tower on one device, where the mesh's plan would spread them: each weight drawn whole.
+  return setup.net.clone(plan=None).init(key, jnp.zeros((3, s, s, 1)), train=False)["params"]
 
 
 def placed_init(setup: Setup, init_params, shardings):
@@ -301,12 +302,12 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
 @dataclasses.dataclass(frozen=True)
 class Stepping:
   """How the training loop steps: `step(state, batch, key)` → (state, metrics) on batches that the setup's
-  `batch_rows` placed, and the state as the step holds it (`enter`) from the state as checkpoints, evaluation and
-  pictures hold it, and back (`leave`)."""
+  `batch_layout` placed, and the state as the step holds it (`into_step`) from the state as checkpoints, evaluation
+  and pictures hold it, and back (`out_of_step`)."""
 
   step: Any
-  enter: Any = lambda state: state
-  leave: Any = lambda state: state
+  into_step: Any = lambda state: state
+  out_of_step: Any = lambda state: state
 
 
 def compute_kernels(setup: Setup, params) -> dict:
@@ -319,7 +320,7 @@ def compute_kernels(setup: Setup, params) -> dict:
           if "kernel" in layer and setup.plan.gradient_summed_over(name) == 1}
 
 
-def narrowed(setup: Setup, state: TrainState) -> TrainState:
+def with_compute_kernels(setup: Setup, state: TrainState) -> TrainState:
   """The state with its compute_kernels, each placed as its kernel (none: the state as it is); of arrays, or of
   their shapes (jax.eval_shape's)."""
   narrow = functools.partial(compute_kernels, setup)
@@ -331,10 +332,10 @@ def narrowed(setup: Setup, state: TrainState) -> TrainState:
   return state.replace(compute_kernels=jax.eval_shape(narrow, state.params) if abstract else narrow(state.params))
 
 
-def widened(state: TrainState) -> TrainState:
+def without_compute_kernels(state: TrainState) -> TrainState:
   return state.replace(compute_kernels=None)
 
 
 def jitted(setup: Setup) -> Stepping:
   return Stepping(jax.jit(functools.partial(train_step, setup=setup), donate_argnums=0),
-                  functools.partial(narrowed, setup), widened)
+                  functools.partial(with_compute_kernels, setup), without_compute_kernels)

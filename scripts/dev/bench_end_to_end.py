@@ -31,9 +31,9 @@ from alexnet_jax import cli
 from alexnet_jax.config import GPU_BACKENDS, apply_process_settings
 from alexnet_jax.data import cache, get_dataset, iterate, nvdecode, train_batches
 from alexnet_jax.data.feed import AHEAD, IN_FLIGHT, Feed
-from alexnet_jax.data.input import putter
+from alexnet_jax.data.input import batch_placer
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
-from alexnet_jax.data.device_batches import Rows, random_batch
+from alexnet_jax.data.device_batches import BatchLayout, random_batch
 from alexnet_jax.training import loop, train
 
 
@@ -83,7 +83,7 @@ def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: f
   """The device decoder (nvImageCodec's `backends`) on the store's first batch, over and over: alone, then from a
   thread while the training step runs (at most AHEAD steps queued): both rates, against the step's alone."""
   host_batch, _ = dataset.train.jpeg_batch(np.arange(batch), np.zeros(0, np.int32))
-  spread = Rows(setup.mesh, ("data", "model")).sharding(4)  # each device decodes its own rows
+  spread = BatchLayout(setup.mesh, ("data", "model")).sharding(4)  # each device decodes its own rows
   decoder = nvdecode.DeviceDecoder(spread, batch, dataset.train, nvdecode.THREADS, backends)
   jax.block_until_ready(decoder(host_batch)[0])
   busy_before, start = decoder.seconds["decode"], time.perf_counter()
@@ -129,8 +129,8 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     if where not in ("", "sharded", "host"):
       raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F or host:F")
     fraction = float(number)
-    rule = cache.Rule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_rows.blocks, 0)
-    put = cache.cached_put(where or "device", setup.batch_rows, dataset.size, setup.image_size, rule)
+    rule = cache.Schedule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_layout.blocks, 0)
+    put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
     for _ in range(warm):
@@ -173,7 +173,7 @@ def main(argv):
   dataset = get_dataset(config)
   setup = train.dataset_setup(config, dataset)
   steps = train.jitted(setup)  # the step as training runs it
-  state, p_train_step = steps.enter(train.create_train_state(setup, jax.random.key(0))), steps.step
+  state, p_train_step = steps.into_step(train.create_train_state(setup, jax.random.key(0))), steps.step
   key = jax.random.key(1)
 
   def step(batch):
@@ -182,7 +182,7 @@ def main(argv):
     return metrics
 
   batch = config.batch_size
-  synthetic = setup.batch_rows.put(random_batch(batch, config.image_size, dataset.num_classes,
+  synthetic = setup.batch_layout.put(random_batch(batch, config.image_size, dataset.num_classes,
                                                    size=dataset.size))
   out = dict(batch=batch, dtype=config.dtype, kernel_backend=config.kernel_backend, cores=os.cpu_count(),
              cpus=len(os.sched_getaffinity(0)), devices=len(jax.devices()), rows=[])
@@ -199,8 +199,8 @@ def main(argv):
                                host_share=float(share[0]) if share else 0.0, gpu_backends=backends or "all"))
     data = get_dataset(config)
     host = pipeline_rate(data, batch, args.steps, workers)
-    spread = train.dataset_setup(config, data).batch_rows  # the devices' decoders take spread rows
-    put = putter(config, data, spread, config.image_size)
+    spread = train.dataset_setup(config, data).batch_layout  # the devices' decoders take spread rows
+    put = batch_placer(config, data, spread, config.image_size)
     feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
     decoding = put.seconds
     for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile

@@ -44,7 +44,7 @@ def check_model(config, backend, key):
     c.kernel_backend = name
     setup = train.make_setup(c, classes, c.dataset.num_train_examples or 1_281_167)
     state = train.create_train_state(setup, jax.random.key(0))
-    batch = setup.batch_rows.put(random_batch(c.batch_size, c.image_size, classes))
+    batch = setup.batch_layout.put(random_batch(c.batch_size, c.image_size, classes))
     new, m = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
     delta = jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), new.params,
                          state.params)
