@@ -24,7 +24,7 @@ class Feed:
   ('put'), waiting for the loop to take them ('loop')."""
 
   def __init__(self, host_batches, batch_placer):
-    self._host, self._putter = host_batches, batch_placer
+    self._host, self._placer = host_batches, batch_placer
     self._ready = queue.Queue(AHEAD)
     self._stop = threading.Event()
     self.seconds = dict(host=0.0, put=0.0, loop=0.0)
@@ -38,7 +38,7 @@ class Feed:
         start = time.perf_counter()
         batch, skipped = next(self._host)
         put = time.perf_counter()
-        pending.append((self._putter.put(batch), skipped))
+        pending.append((self._placer.put(batch), skipped))
         self.seconds["host"] += put - start
         self.seconds["put"] += time.perf_counter() - put
         if len(pending) == IN_FLIGHT:
@@ -85,4 +85,4 @@ class Feed:
     while not self._ready.empty():
       self._ready.get()
     getattr(self._host, "close", lambda: None)()
-    self._putter.close()
+    self._placer.close()

@@ -84,7 +84,7 @@ def compiled(config, strategy: str, dtype: str, batch: int, devices: int | None 
   size = c.dataset.resize if c.dataset.name != "procedural" else c.image_size
   example = random_batch(1, c.image_size, classes, size=size)
   batch_shapes = {k: jax.ShapeDtypeStruct((batch, *v.shape[1:]), v.dtype,
-                                          sharding=setup.batch_rows.sharding(v.ndim)) for k, v in example.items()}
+                                          sharding=setup.batch_layout.sharding(v.ndim)) for k, v in example.items()}
   step = jax.jit(functools.partial(train.train_step, setup=setup))
   return setup, step.lower(state, batch_shapes, jax.random.key(0)).compile().as_text()
 
