@@ -1,14 +1,18 @@
-"""Forward-mode differentiation of the conv and dense ops: jvp, linearize, jacfwd and Hessian-vector products of the
-Triton kernels under the interpreter ('interpret') against the XLA reference ('xla'), and reverse mode still one
-kernel of each kind. float32: the kernels take float64 to the reference, and the interpreter's bf16 dot is wrong."""
+"""Forward-mode differentiation of the conv, dense, pool and LRN ops: jvp, linearize, jacfwd and Hessian-vector
+products of the Triton kernels under the interpreter ('interpret') against the XLA reference ('xla'), and reverse mode
+still one kernel of each kind. float32: the kernels take float64 to the reference, and the interpreter's bf16 dot is
+wrong (tests/test_forward_mode_network.py: the whole network)."""
 
 import collections
+import contextlib
 import functools
+import io
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 from jax.extend.core import jaxprs_in_params
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
@@ -306,3 +310,88 @@ def test_max_pool_reverse_mode_runs_its_two_kernels():
   own = POOL_BWD(2 * y, idx, mode="interpret", size=3, stride=2, height=7, width=7)[0]
   grad = jax.jit(jax.grad(lambda x: (ops.max_pool(x, relu=True, backend="interpret") ** 2).sum()))(x)
   np.testing.assert_array_equal(grad, own)
+
+
+def lrn_case(name, backend, relu):
+  """(op, x): the LRN over 4 channels in 2 groups, the LRN-pool over 2 (the interpreter walks its channels slowly);
+  α large enough for the normaliser to bend; distinct values, none near the ReLU's kink, so that no window's maximum
+  and no ReLU's side changes under a finite difference's step."""
+  if name == "lrn":
+    return functools.partial(ops.lrn, groups=2, alpha=1e-3, relu=relu, backend=backend), separated(4, 4, 4, 2) * 3 + 0.1
+  return (functools.partial(ops.lrn_max_pool, alpha=1e-3, relu=relu, backend=backend),
+          separated(2, 5, 5, 2) * 3 + 0.1)
+
+
+def lrn_reference(name, relu):
+  """The op in XLA, differentiable both ways: the LRN's reference, pooled by lax's max pool."""
+  f = functools.partial(ops.lrn_reference, groups=2 if name == "lrn" else 1, alpha=1e-3, relu=relu)
+  return f if name == "lrn" else lambda x: lax_max_pool(f(x), relu=False)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("name", ["lrn", "lrn_max_pool"])
+def test_lrn_jvp_and_jacfwd_match_the_reference(name, relu):
+  # The tangent is XLA's JVP of the reference (at the kernel's chosen maxima); jacfwd's directions fold into the image
+  # axis N of one tangent, the forward kernel run once.
+  f, x = lrn_case(name, "interpret", relu)
+  (t,) = like(x)
+  close(jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t), jax.jvp(lrn_reference(name, relu), (x,), (t,)))
+  close(jax.jit(jax.jacfwd(f))(x), jax.jacfwd(lrn_reference(name, relu))(x))
+
+
+@pytest.mark.parametrize("name", ["lrn", "lrn_max_pool"])
+def test_lrn_bfloat16_jvp_matches_the_reference(name):
+  # The LRN kernels' bfloat16 is right under the interpreter: the tangent in bfloat16, computed in float32 within.
+  f, x = lrn_case(name, "interpret", relu=True)
+  x, t = x.astype(jnp.bfloat16), like(x)[0].astype(jnp.bfloat16)
+  y, ty = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t)
+  assert y.dtype == ty.dtype == jnp.bfloat16
+  close((y, ty), jax.jvp(lrn_reference(name, relu=True), (x,), (t,)), rtol=2.0 ** -7)
+
+
+@pytest.mark.parametrize("name,order", [("lrn", 2), ("lrn_max_pool", 1)])
+def test_lrn_gradients_in_both_modes(name, order):
+  # Second order: the tangent and the backward kernel, each the other's transpose, differentiated in x by XLA. The
+  # LRN-pool to first order: its kernels are the interpreter's slowest (its second order: the Hessian-vector product
+  # below). (LRN: 37 kernel runs, ~12 s.)
+  f, x = lrn_case(name, "interpret", relu=True)
+  check_grads(jax.jit(f), (x,), order=order, modes=("fwd", "rev"), eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+def normalised_net(backend):
+  """conv → ReLU → LRN → LRN-pool → dense → squared loss: conv1 and conv2's tails in one."""
+  def loss(x, w, b, w2):
+    y = ops.conv2d(x, w, b, padding=1, backend=backend)
+    y = ops.lrn(y, alpha=1e-3, relu=True, backend=backend)
+    y = ops.lrn_max_pool(y, alpha=1e-3, backend=backend)
+    return (ops.dense(y.reshape(-1, y.shape[-1]), w2, backend=backend) ** 2).sum()
+
+  rng = np.random.default_rng(11)
+  return loss, (rand(rng, 3, 7, 7, 2), rand(rng, 3, 3, 3, 2, scale=10), rand(rng, 2), rand(rng, 2 * 3 * 3, 4))
+
+
+def test_hessian_vector_product_through_lrn_matches_the_reference():
+  loss, args = normalised_net("interpret")
+  tangents = like(*args)
+  hvp = lambda loss, a, t: jax.jvp(jax.grad(loss, (0, 1, 2, 3)), a, t)  # noqa: E731
+  with jax.default_matmul_precision("highest"):
+    want = jax.jit(functools.partial(hvp, normalised_net("xla")[0]))(args, tangents)
+    got = jax.jit(functools.partial(hvp, loss))(args, tangents)
+  close(got, want)
+
+
+def test_lrn_reverse_mode_runs_its_two_kernels_and_keeps_x():
+  # The tangents are transposed into the backward kernels, never run; what the forward pass keeps for the backward is
+  # x (and the LRN-pool's choices), as a custom VJP would: no float32 normaliser.
+  loss, args = normalised_net("interpret")
+  grad = jax.make_jaxpr(jax.grad(loss, (0, 1, 2, 3)))(*args).jaxpr
+  assert pool_counts(grad, "lrn") == {"fwd": 1, "bwd": 1, "max_pool_fwd": 1, "max_pool_bwd": 1}
+  jvp = jax.make_jaxpr(lambda a, t: jax.jvp(loss, a, t))(args, like(*args)).jaxpr
+  assert pool_counts(jvp, "lrn") == {"fwd": 1, "tangent": 1, "max_pool_fwd": 1, "max_pool_tangent": 1}
+  for name in ("lrn", "lrn_max_pool"):
+    f, x = lrn_case(name, "interpret", relu=True)
+    kept = io.StringIO()
+    with contextlib.redirect_stdout(kept):
+      print_saved_residuals(f, x)
+    assert [line.split(" ")[0] for line in kept.getvalue().splitlines()] == (
+        ["f32[4,4,4,2]"] if name == "lrn" else ["f32[2,5,5,2]", "i8[2,2,2,2]"])

@@ -16,9 +16,9 @@ map), its output the fully-connected layout (features, images).
 import triton
 import triton.language as tl
 
-from triton_kernels.launch import Launch, out_size
+from triton_kernels.launch import Launch, check_dtype, flat_block, pooled_shape, vector
+from triton_kernels.pool import chwn
 
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 MAX_SIZE = 16  # a window is unrolled into SIZE² loads; a larger one is a global pool's job
 
 
@@ -29,10 +29,7 @@ def avg_pool_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.co
   # As the max-pool's: a block is consecutive flat outputs, neighbouring lanes neighbouring images, so loads coalesce.
   o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   live = o < C * OH * OW * N
-  n = o % N
-  ow = o // N % OW
-  oh = o // (N * OW) % OH
-  c = o // (N * OW * OH)
+  c, oh, ow, n = chwn(o, OH, OW, N)
   h0 = oh * STRIDE - PAD
   w0 = ow * STRIDE - PAD
   acc = tl.zeros([BLOCK], tl.float32)
@@ -52,10 +49,8 @@ def avg_pool_bwd_kernel(dy_ptr, dx_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.
                         PAD: tl.constexpr, BLOCK: tl.constexpr):
   i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   live = i < C * H * W * N
-  n = i % N
-  w = i // N % W + PAD  # coordinates in the padded map, where the windows start at multiples of STRIDE
-  h = i // (N * W) % H + PAD
-  c = i // (N * W * H)
+  c, h, w, n = chwn(i, H, W, N)
+  h, w = h + PAD, w + PAD  # coordinates in the padded map, where the windows start at multiples of STRIDE
   acc = tl.zeros([BLOCK], tl.float32)
   # Row h lies in the windows starting at rows h//STRIDE − a, a < ceil(SIZE/STRIDE), where it sits at kh < SIZE.
   REACH: tl.constexpr = (SIZE + STRIDE - 1) // STRIDE
@@ -97,14 +92,8 @@ def global_avg_pool_bwd_kernel(dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr,
   tl.store(dx_ptr + i, (g / P).to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def pooled_shape(shape, size: int, stride: int, padding: int = 0) -> tuple[int, int, int, int]:
-  c, h, w, n = shape
-  return c, out_size(h, size, stride, padding), out_size(w, size, stride, padding), n
-
-
 def _check(name, shape, dtype_name, elements):
-  if dtype_name not in ITEMSIZE:
-    raise ValueError(f"{name}: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
+  check_dtype(name, dtype_name)
   if len(shape) != 4 or min(shape) < 1:
     raise ValueError(f"{name}: expected a non-empty (C, H, W, N) map, got shape {tuple(shape)}")
   if elements >= 2**31:
@@ -121,17 +110,12 @@ def check_window(shape, size: int, stride: int, padding: int) -> None:
     raise ValueError(f"avg_pool: a {h}×{w} map padded by {padding} is smaller than the {size}×{size} window")
 
 
-def _block(elements, per_thread, num_warps):
-  # A small layer gets a smaller (power of two) block.
-  return min(per_thread * 32 * num_warps, max(32 * num_warps, triton.next_power_of_2(elements)))
-
-
 def _window_launch(kernel, shape, size, stride, padding, dtype_name, elements, per_thread, num_warps):
   c, h, w, n = shape
   _check("avg_pool", shape, dtype_name, max(elements, c * h * w * n))
   check_window(shape, size, stride, padding)
   _, oh, ow, _ = pooled_shape(shape, size, stride, padding)
-  block = _block(elements, per_thread, num_warps)
+  block = flat_block(elements, per_thread, num_warps)
   constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, PAD=padding, BLOCK=block)
   return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
@@ -151,7 +135,7 @@ def avg_pool_bwd_launch(shape, size: int, stride: int, padding: int, dtype_name:
   16-byte vector of dx per thread, 4 warps."""
   c, h, w, n = shape
   return _window_launch(avg_pool_bwd_kernel, shape, size, stride, padding, dtype_name, c * h * w * n,
-                        per_thread or 16 // ITEMSIZE.get(dtype_name, 4), num_warps or 4)
+                        per_thread or vector(dtype_name), num_warps or 4)
 
 
 def global_avg_pool_fwd_launch(shape, dtype_name: str, per_thread: int | None = None, num_warps: int | None = None,
@@ -161,7 +145,7 @@ def global_avg_pool_fwd_launch(shape, dtype_name: str, per_thread: int | None = 
   c, h, w, n = shape
   _check("global_avg_pool", shape, dtype_name, c * h * w * n)
   num_warps = num_warps or 4
-  block = _block(c * n, per_thread or 2, num_warps)
+  block = flat_block(c * n, per_thread or 2, num_warps)
   chunk = chunk or min(4, triton.next_power_of_2(h * w))
   constexprs = dict(C=c, P=h * w, N=n, CHUNK=chunk, BLOCK=block)
   return Launch(global_avg_pool_fwd_kernel, grid=(triton.cdiv(c * n, block),), constexprs=constexprs,
@@ -175,6 +159,6 @@ def global_avg_pool_bwd_launch(shape, dtype_name: str, per_thread: int | None = 
   c, h, w, n = shape
   _check("global_avg_pool", shape, dtype_name, c * h * w * n)
   num_warps = num_warps or 4
-  block = _block(c * h * w * n, per_thread or 16 // ITEMSIZE[dtype_name], num_warps)
+  block = flat_block(c * h * w * n, per_thread or vector(dtype_name), num_warps)
   return Launch(global_avg_pool_bwd_kernel, grid=(triton.cdiv(c * h * w * n, block),),
                 constexprs=dict(C=c, P=h * w, N=n, BLOCK=block), num_warps=num_warps, num_stages=1)

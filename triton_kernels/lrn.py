@@ -22,9 +22,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from triton_kernels import pool
-from triton_kernels.launch import Launch
+from triton_kernels.launch import Launch, check_dtype, vector
 
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NUM_WARPS = 4
 MAX_CHUNKS = 6
 # The grid a launch splits channels to reach, tuned on one H200 at AlexNet's LRNs, batch 128 and 512
@@ -195,8 +194,7 @@ def launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block,
   """The grid of an LRN's walk down the channels: blocks of `positions` (default H·W·N) times channel chunks (a
   rule's, up to `programs` programs, or `chunks`), times groups."""
   c, h, w, n = shape
-  if dtype_name not in ITEMSIZE:
-    raise ValueError(f"lrn: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
+  check_dtype("lrn", dtype_name)
   if groups < 1 or c % groups or size < 1:
     raise ValueError(f"lrn: {c} channels, {groups} groups, window {size}")
   if c * h * w * n >= 2**31:
@@ -217,7 +215,7 @@ def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: 
   """shape is x's (C, H, W, N); grid (position blocks × channel chunks, groups). relu: normalise ReLU(x) (the conv
   before it leaves its ReLU to this kernel). block (positions per program, a power of two) and chunks (programs per
   group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has FWD_PROGRAMS."""
-  block = block or 32 * NUM_WARPS * 16 // ITEMSIZE.get(dtype_name, 4)
+  block = block or 32 * NUM_WARPS * vector(dtype_name)
   return launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
 
 

@@ -16,9 +16,14 @@ element sums dy over the windows that cover it and chose it, so there are no ato
 import triton
 import triton.language as tl
 
-from triton_kernels.launch import Launch, out_size
+from triton_kernels.launch import Launch, check_dtype, flat_block, pooled_shape, vector
 
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@triton.jit
+def chwn(i, H: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+  """(c, h, w, n) of flat index i into a contiguous (C, H, W, N) array."""
+  return i // (N * W * H), i // (N * W) % H, i // N % W, i % N
 
 
 @triton.jit
@@ -29,10 +34,7 @@ def max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, H: tl.constexpr,
   # and with N a compile-time constant Triton can prove the runs contiguous and vectorise them.
   o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   live = o < C * OH * OW * N
-  n = o % N
-  ow = o // N % OW
-  oh = o // (N * OW) % OH
-  c = o // (N * OW * OH)
+  c, oh, ow, n = chwn(o, OH, OW, N)
   corner = ((c * H + oh * STRIDE) * W + ow * STRIDE) * N + n
   best = tl.load(x_ptr + corner, mask=live, other=0.0).to(tl.float32)
   arg = tl.zeros([BLOCK], tl.int32)
@@ -80,30 +82,20 @@ def max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, H: tl.constexp
                         BLOCK: tl.constexpr):
   i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
   live = i < C * H * W * N
-  n = i % N
-  w = i // N % W
-  h = i // (N * W) % H
-  c = i // (N * W * H)
+  c, h, w, n = chwn(i, H, W, N)
   acc = routed_gradient(dy_ptr, idx_ptr, h, w, n, c * OH, live, OH, OW, N, SIZE, STRIDE)
   tl.store(dx_ptr + i, acc.to(dx_ptr.dtype.element_ty), mask=live)
 
 
-def pooled_shape(shape, size: int, stride: int) -> tuple[int, int, int, int]:
-  c, h, w, n = shape
-  return c, out_size(h, size, stride), out_size(w, size, stride), n
-
-
 def _launch(kernel, shape, size, stride, dtype_name, elements, per_thread, num_warps, **constexprs):
   c, h, w, n = shape
-  if dtype_name not in ITEMSIZE:
-    raise ValueError(f"max_pool: dtype {dtype_name} is not one of {', '.join(ITEMSIZE)}")
+  check_dtype("max_pool", dtype_name)
   if not (1 <= size <= 11 and stride >= 1 and size <= min(h, w)):  # idx is int8: SIZE² ≤ 127
     raise ValueError(f"max_pool: size {size}, stride {stride} do not fit a {h}×{w} map")
   if elements >= 2**31:
     raise ValueError("max_pool: flat indices are int32; split the batch")
   _, oh, ow, _ = pooled_shape(shape, size, stride)
-  # A small layer gets a smaller (power of two) block.
-  block = min(per_thread * 32 * num_warps, max(32 * num_warps, triton.next_power_of_2(elements)))
+  block = flat_block(elements, per_thread, num_warps)
   constexprs = dict(C=c, H=h, W=w, N=n, OH=oh, OW=ow, SIZE=size, STRIDE=stride, BLOCK=block, **constexprs)
   return Launch(kernel, grid=(triton.cdiv(elements, block),), constexprs=constexprs, num_warps=num_warps, num_stages=1)
 
@@ -124,4 +116,4 @@ def max_pool_bwd_launch(shape, size: int, stride: int, dtype_name: str, per_thre
   thread, 4 warps."""
   c, h, w, n = shape
   return _launch(max_pool_bwd_kernel, shape, size, stride, dtype_name, c * h * w * n,
-                 per_thread or 16 // ITEMSIZE.get(dtype_name, 4), num_warps or 4)
+                 per_thread or vector(dtype_name), num_warps or 4)

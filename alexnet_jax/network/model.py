@@ -14,7 +14,6 @@ what is summed; nothing else moves.
 
 import contextlib
 import contextvars
-import functools
 from typing import Any
 
 import flax.linen as nn
@@ -156,9 +155,9 @@ _FLOAT32_SCATTERS = contextvars.ContextVar("float32_scatters", default=False)
 
 @contextlib.contextmanager
 def float32_scatters():
-  """Within: every bfloat16 gather's gradient is reduce-scattered in float32 on every platform. For a program lowered
-  for the CPU and others at once: XLA:CPU compiles every platform's branch, and aborts on another's bf16
-  reduce-scatter."""
+  """Within: every bfloat16 gather traced here has its gradient reduce-scattered in float32 on every platform. For a
+  program lowered for the CPU and others at once: XLA:CPU compiles every platform's branch, and aborts on another's
+  bf16 reduce-scatter."""
   token = _FLOAT32_SCATTERS.set(True)
   try:
     yield
@@ -166,29 +165,13 @@ def float32_scatters():
     _FLOAT32_SCATTERS.reset(token)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def _gather_bf16(x, axis_name: str, axis: int):
-  """A bfloat16 all-gather whose gradient, the reduce-scatter, runs in float32 on CPU: XLA:CPU (jaxlib 0.11.2)
-  aborts compiling a bf16 reduce-scatter. Chosen per lowering platform, so that a program exported for GPU or TPU
-  from a CPU host keeps bf16 (unless float32_scatters says otherwise). (Around the whole gather, platform_dependent
-  leaves a conditional in the compiled backward pass: its transposed branch index is a forward residual, which XLA
-  does not fold away.)"""
-  return lax.all_gather(x, axis_name, axis=axis, tiled=True, to="varying")
+  """A bfloat16 all-gather whose gradient, the reduce-scatter, runs in float32 on CPU, where XLA:CPU aborts on a bf16
+  one, and in bfloat16 elsewhere unless float32_scatters is entered where the gather is traced (network/gathers.py:
+  a linear primitive, which forward mode goes through as reverse mode does)."""
+  from alexnet_jax.network import gathers  # noqa: PLC0415
 
-
-def _gather_bf16_fwd(x, axis_name, axis):
-  return _gather_bf16(x, axis_name, axis), None
-
-
-def _gather_bf16_bwd(axis_name, axis, _, cotangent):
-  scatter = lambda c: lax.psum_scatter(c, axis_name, scatter_dimension=axis, tiled=True)  # noqa: E731
-  wide = lambda c: scatter(c.astype(jnp.float32)).astype(c.dtype)  # noqa: E731
-  if _FLOAT32_SCATTERS.get():
-    return (wide(cotangent),)
-  return (lax.platform_dependent(cotangent, cpu=wide, default=scatter),)
-
-
-_gather_bf16.defvjp(_gather_bf16_fwd, _gather_bf16_bwd)
+  return gathers.all_gather(x, axis_name, axis, wide=_FLOAT32_SCATTERS.get())
 
 
 def _flat(x):

@@ -2,7 +2,7 @@
 
 A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primitive`:
 - abstract eval from the op's output shapes, keeping the operands' varying manual axes, which shard_map's
-  check_vma and custom_vjp need (jax-triton's own primitive drops them);
+  check_vma needs (jax-triton's own primitive drops them);
 - lowering: with mode='triton', on CUDA, the kernel through `jax_triton.triton_call` (imported there: it fails to
   import on a CPU-only jaxlib); with mode='interpret', on any platform, the real kernel under the Triton interpreter
   in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
@@ -12,13 +12,20 @@ A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primi
 - differentiation, for a kernel linear in each of two operands (`def_bilinear`), as lax builds its dot and
   convolution: a JVP rule and a transpose rule per operand, so that forward mode (jvp, linearize, jacfwd,
   Hessian-vector products) composes with reverse mode, which is the JVP's linear part transposed; `def_linear` does
-  the same for a kernel linear in its first operand alone (a pool), the others constants.
+  the same for a kernel linear in one operand (a pool), the others constants or nonlinear ones whose derivative
+  XLA supplies (`curvature`).
+  A kernel nonlinear in its input (LRN) has no transpose: `def_nonlinear` gives it a tangent that XLA computes from
+  its reference (`XlaPrimitive`), linear, with the backward kernel as its transpose. A custom VJP would do for
+  reverse mode alone; this way reverse mode runs the same two kernels and keeps the same residuals, and forward
+  mode composes with it.
 """
 
 import dataclasses
 import functools
+import importlib
 import operator
 import os
+import pkgutil
 from collections.abc import Callable
 
 import jax
@@ -35,17 +42,15 @@ MODES = ("triton", "interpret")
 def triton_kernels():
   """The kernel modules, imported on first use: Triton reads TRITON_INTERPRET when it is first imported, so importing
   alexnet_jax must not import it (a test or script sets the variable first)."""
-  try:
-    import triton_kernels.avg_pool  # noqa: PLC0415
-    import triton_kernels.conv  # noqa: PLC0415
-    import triton_kernels.crops  # noqa: PLC0415
-    import triton_kernels.lrn  # noqa: PLC0415
-    import triton_kernels.lrn_pool  # noqa: PLC0415
-    import triton_kernels.pool  # noqa: PLC0415
+  import triton_kernels as package  # noqa: PLC0415
+
+  try:  # every module of the package: a new kernel's is found where it lies
+    for module in pkgutil.iter_modules(package.__path__):
+      importlib.import_module(f"triton_kernels.{module.name}")
   except ModuleNotFoundError as e:  # a ValueError: the scripts report it in one line, as a config's
     raise ValueError(f"the Triton kernels need {e.name}: pip install -e '.[gpu]' (or run with "
                      "--config.kernel_backend=xla)") from None
-  return triton_kernels
+  return package
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,28 +199,98 @@ class KernelPrimitive:
       cts_out[i] = transposes[i](ct, *operands, **params).astype(operands[i].aval.dtype)
     return cts_out
 
-  def def_linear(self, transpose, jvp=None):
-    """Differentiation of a one-output kernel linear in its first operand, any others constants (a max pool's
-    offsets): as def_bilinear, for one linear operand. transpose(ct, *operands, **params) is the cotangent of
-    operand 0, an `ad.UndefinedPrimal`; the JVP binds the kernel again on the tangent, unless `jvp` replaces it."""
-    ad.primitive_jvps[self.prim] = jvp or self._linear_jvp
-    ad.primitive_transposes[self.prim] = functools.partial(self._linear_transpose, transpose)
+  def def_linear(self, transpose, jvp=None, *, linear=0, curvature=None):
+    """Differentiation of a one-output kernel linear in operand `linear`, the others constants (a max pool's offsets)
+    or, with `curvature`, operands it is nonlinear in (LRN's backward kernel, in x). transpose(ct, *operands,
+    **params) is the cotangent of operand `linear`, an `ad.UndefinedPrimal`, the others known. The JVP binds the
+    kernel again on that operand's tangent, plus curvature(primals, tangents, **params) → [output tangent] when
+    another operand's tangent is nonzero, which only second derivatives meet; `jvp` replaces it all."""
+    ad.primitive_jvps[self.prim] = jvp or functools.partial(self._linear_jvp, linear, curvature)
+    ad.primitive_transposes[self.prim] = functools.partial(self._linear_transpose, transpose, linear)
 
-  def _linear_jvp(self, primals, tangents, **params):
+  def _linear_jvp(self, linear, curvature, primals, tangents, **params):
     outs = self(*primals, **params)
-    if type(tangents[0]) is ad.Zero:
+    terms = []
+    if type(tangents[linear]) is not ad.Zero:
+      terms.append(self(*primals[:linear], tangents[linear], *primals[linear + 1:], **params))
+    if curvature and any(type(t) is not ad.Zero for i, t in enumerate(tangents) if i != linear):
+      terms.append(curvature(primals, [ad.instantiate_zeros(t) for t in tangents], **params))
+    if not terms:
       return outs, [zero_tangent(o) for o in outs]
-    return outs, self(tangents[0], *primals[1:], **params)
+    return outs, [functools.reduce(operator.add, t) for t in zip(*terms)]
 
-  def _linear_transpose(self, transpose, cts, *operands, **params):
-    if not ad.is_undefined_primal(operands[0]) or any(map(ad.is_undefined_primal, operands[1:])):
-      raise ValueError(f"{self.prim.name}: transposed with respect to operands "
-                       f"{[ad.is_undefined_primal(x) for x in operands]}; it is linear in operand 0 alone")
+  def _linear_transpose(self, transpose, linear, cts, *operands, **params):
+    unknown = [ad.is_undefined_primal(x) for x in operands]
+    if unknown != [i == linear for i in range(len(operands))]:
+      raise ValueError(f"{self.prim.name}: transposed with respect to operands {unknown}; it is linear in operand "
+                       f"{linear} alone")
     (ct,) = cts
     cts_out = [None] * len(operands)
     if type(ct) is not ad.Zero:
-      cts_out[0] = transpose(ct, *operands, **params).astype(operands[0].aval.dtype)
+      cts_out[linear] = transpose(ct, *operands, **params).astype(operands[linear].aval.dtype)
     return cts_out
+
+
+class XlaPrimitive(KernelPrimitive):
+  """A primitive that XLA computes, fn(*operands, **params) → outputs, on every platform and in every mode, with a
+  kernel's abstract eval, batching and differentiation: a kernel's tangent that needs no kernel of its own but must
+  be a primitive for its transpose to be one (its `mode` is the one the transpose's kernel runs in)."""
+
+  def __init__(self, name: str, fn: Callable, outputs: Callable, batch_last: tuple[int, ...] = ()):
+    self.fn = fn
+    super().__init__(name, KernelSpec(launch=None, outputs=outputs, batch_last=batch_last))
+
+  def _lowering(self, cuda: bool):
+    del cuda
+    return lambda ctx, *operands, mode, **params: mlir.lower_fun(
+        functools.partial(self.fn, **params), multiple_results=True)(ctx, *operands)
+
+
+def def_nonlinear(fwd: KernelPrimitive, bwd: KernelPrimitive, reference: Callable, name: str) -> XlaPrimitive:
+  """Differentiation of a kernel nonlinear in its one operand x; returns the primitive of its tangent.
+
+  fwd(x) → [y, *constants] (a pool's offsets) and bwd(x, dy, *constants) → J(x)ᵀ·dy are kernels of the same
+  parameters (but a launch override, one kernel's own); reference(x, *constants, **params) → y is the function in
+  XLA, the constants fixed. A custom VJP would hide the pair from forward mode; instead the JVP runs fwd for y and, for
+  its tangent, the returned primitive: J(x)·t as XLA differentiates the reference, linear in t, with bwd its
+  transpose. So reverse mode runs fwd and bwd alone and keeps x and the constants, the custom VJP's residuals, and
+  never the tangent's XLA. bwd and the tangent, each the other's transpose, are nonlinear in x: their derivatives
+  there, the reference's second derivatives in XLA, are what Hessian-vector products and second orders add.
+  """
+
+  def of_x(params, constants):
+    """The reference as a function of x alone, the constants and the kernels' parameters fixed."""
+    params = {k: v for k, v in params.items() if k not in ("mode", "launch")}
+    return lambda x: reference(x, *constants, **params)
+
+  def tangent_fn(t, x, *constants, **params):
+    return [jax.jvp(of_x(params, constants), (x,), (t,))[1]]
+
+  def tangent_curvature(primals, tangents, **params):
+    (t, x, *constants), dx = primals, tangents[1]
+    return [jax.jvp(lambda x: jax.jvp(of_x(params, constants), (x,), (t,))[1], (x,), (dx,))[1]]
+
+  def bwd_curvature(primals, tangents, **params):
+    (x, dy, *constants), dx = primals, tangents[0]
+    return [jax.jvp(lambda x: jax.vjp(of_x(params, constants), x)[1](dy)[0], (x,), (dx,))[1]]
+
+  tangent = XlaPrimitive(
+      name, tangent_fn, lambda t, x, *c, **p: [jax.ShapeDtypeStruct(fwd.spec.outputs(x, **p)[0].shape, t.dtype)],
+      batch_last=bwd.spec.batch_last)  # (t, x, *constants) lie as bwd's (x, dy, *constants)
+  untuned = lambda params: {k: v for k, v in params.items() if k != "launch"}  # noqa: E731
+
+  def fwd_jvp(primals, tangents, **params):
+    ((x,), (t,)) = primals, tangents
+    outs = fwd(x, **params)
+    constants = [zero_tangent(c) for c in outs[1:]]
+    if type(t) is ad.Zero:
+      return outs, [zero_tangent(outs[0]), *constants]
+    return outs, [tangent(t, x, *outs[1:], **untuned(params))[0], *constants]
+
+  ad.primitive_jvps[fwd.prim] = fwd_jvp
+  tangent.def_linear(lambda ct, t, x, *c, **p: bwd(x, ct, *c, **untuned(p))[0], curvature=tangent_curvature)
+  bwd.def_linear(lambda ct, x, dy, *c, **p: tangent(ct, x, *c, **untuned(p))[0], linear=1, curvature=bwd_curvature)
+  return tangent
 
 
 def zero_tangent(x):
@@ -226,8 +301,8 @@ def zero_tangent(x):
 def same_varying_axes(operands):
   """Operands of one kernel must vary over the same manual mesh axes; widen those that vary over fewer.
 
-  Ops with a custom_vjp call this before it, so that JAX differentiates the widening (its transpose sums the
-  gradient of a replicated operand over the devices); a primitive's own call does it for the rest.
+  A primitive's call does it before binding, so that JAX differentiates the widening (its transpose sums the
+  gradient of a replicated operand over the devices) and every rule sees operands alike.
   """
   axes = [jax.typeof(x).manual_axis_type.varying for x in operands]
   union = frozenset().union(*axes)

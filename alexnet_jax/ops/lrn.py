@@ -8,6 +8,11 @@ elements apart, so the window is a sum over the leading axis; the kernel slides 
 input once; the backward recomputes the denominators k + α·Σa² from the input rather than keeping them from the
 forward as cuda-convnet did (float32 denominators cost more memory traffic than recomputing them). Groups (towers)
 are normalised separately: the paper's GPUs never saw each other's maps in this layer.
+
+The forward kernel has no transpose, being nonlinear; its tangent J(x)·t is XLA's JVP of the reference, a primitive
+of its own whose transpose is the backward kernel (kernel.def_nonlinear). Forward mode (jvp, jacfwd, Hessian-vector
+products) thus runs XLA's tangent while reverse mode transposes it into the backward kernel, never running it: the
+same two kernels, keeping x alone, as a custom VJP would, which forward mode cannot go through.
 """
 
 import functools
@@ -17,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax.ops.backend import accumulator, dispatch
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, def_nonlinear, triton_kernels
 
 
 def _window_sum(v, n, groups):
@@ -63,20 +68,13 @@ LRN_BWD = KernelPrimitive("chwn_lrn_bwd", KernelSpec(
     launch=_bwd_launch, batch_last=(0, 1), outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _lrn_kernel(x, params, mode):
-  return LRN_FWD(x, mode=mode, **dict(params))[0]
+def normalised(x, *, groups, n, k, alpha, beta, relu):
+  """The reference, in the kernels' parameters (alpha already divided by n where asked)."""
+  return _lrn(x, k, n, alpha, beta, False, groups, relu)
 
 
-def _lrn_kernel_fwd(x, params, mode):
-  return LRN_FWD(x, mode=mode, **dict(params))[0], x
-
-
-def _lrn_kernel_bwd(params, mode, x, dy):
-  return tuple(LRN_BWD(x, dy, mode=mode, **dict(params)))
-
-
-_lrn_kernel.defvjp(_lrn_kernel_fwd, _lrn_kernel_bwd)
+# y's tangent, J(x)·t, in XLA; reverse mode runs its transpose, the backward kernel, instead.
+LRN_TANGENT = def_nonlinear(LRN_FWD, LRN_BWD, normalised, "chwn_lrn_tangent")
 
 
 def check_groups(shape, groups):
@@ -93,4 +91,4 @@ def lrn(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, r
                                 groups=groups, relu=relu)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
             ("beta", float(beta)), ("relu", bool(relu)))
-  return dispatch(backend, reference, lambda x, *, mode: _lrn_kernel(x, params, mode), x)
+  return dispatch(backend, reference, lambda x, *, mode: LRN_FWD(x, mode=mode, **dict(params))[0], x)

@@ -3,6 +3,11 @@
 The kernel path runs one kernel each way (triton_kernels/lrn_pool.py), so the normalised map, the largest array of
 the step, is neither written nor read back; it keeps x and the pool's choices for the backward, as the two ops apart
 keep between them. The reference is the two ops' references, one after the other.
+
+The pool is piecewise linear and the LRN smooth: the tangent is the LRN's (XLA's JVP of its reference) gathered at
+the forward kernel's choices, a primitive linear in the input's tangent whose transpose is the backward kernel
+(kernel.def_nonlinear). Reverse mode runs the two kernels and keeps x and the choices, as a custom VJP would; forward
+mode (jvp, Hessian-vector products) goes through it too.
 """
 
 import functools
@@ -10,9 +15,9 @@ import functools
 import jax
 
 from alexnet_jax.ops.backend import dispatch
-from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels
-from alexnet_jax.ops.lrn import check_groups, lrn_reference
-from alexnet_jax.ops.pool import check_window, max_pool_reference, pooled_outputs
+from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, def_nonlinear, triton_kernels
+from alexnet_jax.ops.lrn import check_groups, lrn_reference, normalised
+from alexnet_jax.ops.pool import _gather, check_window, max_pool_reference, pooled_outputs
 
 
 def lrn_max_pool_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3,
@@ -42,22 +47,13 @@ LRN_POOL_BWD = KernelPrimitive("chwn_lrn_max_pool_bwd", KernelSpec(
     outputs=lambda x, dy, idx, **_: [jax.ShapeDtypeStruct(x.shape, dy.dtype)]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _lrn_max_pool_kernel(x, params, mode):
-  return LRN_POOL_FWD(x, mode=mode, **dict(params))[0]
+def _pooled(x, idx, *, size, stride, **lrn):
+  """The reference with the pool's choices fixed: the normalised map at each window's chosen offset."""
+  return _gather(normalised(x, **lrn), idx, size=size, stride=stride)
 
 
-def _lrn_max_pool_kernel_fwd(x, params, mode):
-  y, idx = LRN_POOL_FWD(x, mode=mode, **dict(params))
-  return y, (x, idx)
-
-
-def _lrn_max_pool_kernel_bwd(params, mode, residuals, dy):
-  x, idx = residuals
-  return tuple(LRN_POOL_BWD(x, dy, idx, mode=mode, **dict(params)))
-
-
-_lrn_max_pool_kernel.defvjp(_lrn_max_pool_kernel_fwd, _lrn_max_pool_kernel_bwd)
+# y's tangent, the LRN's gathered at the chosen offsets, in XLA; reverse mode runs its transpose, the backward kernel.
+LRN_POOL_TANGENT = def_nonlinear(LRN_POOL_FWD, LRN_POOL_BWD, _pooled, "chwn_lrn_max_pool_tangent")
 
 
 def lrn_max_pool(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, groups=1, relu=False, size=3, stride=2,
@@ -70,4 +66,4 @@ def lrn_max_pool(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, gr
                                 groups=groups, relu=relu, size=size, stride=stride)
   params = (("groups", groups), ("n", n), ("k", float(k)), ("alpha", alpha / n if alpha_over_n else alpha),
             ("beta", float(beta)), ("relu", bool(relu)), ("size", size), ("stride", stride))
-  return dispatch(backend, reference, lambda x, *, mode: _lrn_max_pool_kernel(x, params, mode), x)
+  return dispatch(backend, reference, lambda x, *, mode: LRN_POOL_FWD(x, mode=mode, **dict(params))[0], x)

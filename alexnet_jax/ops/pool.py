@@ -47,41 +47,41 @@ def _window_max(x, size, stride):
   return lax.reduce_window(x, -jnp.inf, lax.max, (1, size, size, 1), (1, stride, stride, 1), "VALID")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
 def _max_pool_xla(x, size, stride):
   return _window_max(x, size, stride)
 
 
-def _max_pool_xla_fwd(x, size, stride):
-  """The max and, per window, the offset of its first maximum (its first NaN, if any) — the choice of XLA's
+@_max_pool_xla.defjvp
+def _max_pool_xla_jvp(size, stride, primals, tangents):
+  """The tangent gathered at each window's first maximum (its first NaN, if any) — the choice of XLA's
   select-and-scatter (and of the kernel), which routes a tied window's gradient to its first maximum; ties are
-  common after ReLU. The offsets (int8 for any window up to 11×11) are all the backward pass keeps."""
-  y = _window_max(x, size, stride)  # not the custom_vjp: a Hessian-vector product differentiates this
+  common after ReLU. The offsets (int8 for any window up to 11×11) are all that reverse mode keeps; its backward is
+  the gather's transpose in XLA (_spread)."""
+  (x,), (t,) = primals, tangents
+  y = _window_max(x, size, stride)  # not the custom_jvp: a Hessian-vector product differentiates this
   first = jnp.zeros(y.shape, jnp.int8 if size * size <= 127 else jnp.int32)
   for k, i, j in reversed(_offsets(size)):
     view = _at_offset(x, i, j, y.shape, stride)
     first = jnp.where((view == y) | jnp.isnan(view), jnp.asarray(k, first.dtype), first)
-  return y, (first, x.shape)
+  return y, gather(t, first, mode="xla", size=size, stride=stride)
 
 
-def _max_pool_xla_bwd(size, stride, residuals, dy):
-  """Each offset's windows send dy to the input at that offset: a select, then an interior-padded (strided) pad
-  back to x's shape, summed over the offsets — one fusion that XLA lays out freely, where select-and-scatter is a
-  scatter. Added in reverse offset order, so that an input shared by several windows sums their gradients in the
-  windows' row-major order, as select-and-scatter does (float32 results equal bit for bit)."""
-  first, (_, h, w, _) = residuals
+def _spread(dy, first, size, stride, height, width):
+  """The gather's transpose in XLA: each offset's windows send dy to the input at that offset, a select then an
+  interior-padded (strided) pad back to x's shape, summed over the offsets — one fusion that XLA lays out freely,
+  where select-and-scatter is a scatter. Added in reverse offset order, so that an input shared by several windows
+  sums their gradients in the windows' row-major order, as select-and-scatter does (float32 results equal bit for
+  bit)."""
   _, oh, ow, _ = dy.shape
   dx = None
   for k, i, j in reversed(_offsets(size)):
     routed = jnp.where(first == k, dy, jnp.zeros_like(dy))
-    pads = ((0, 0, 0), (i, h - i - (oh - 1) * stride - 1, stride - 1), (j, w - j - (ow - 1) * stride - 1, stride - 1),
-            (0, 0, 0))
+    pads = ((0, 0, 0), (i, height - i - (oh - 1) * stride - 1, stride - 1),
+            (j, width - j - (ow - 1) * stride - 1, stride - 1), (0, 0, 0))
     routed = lax.pad(routed, jnp.zeros((), dy.dtype), pads)
     dx = routed if dx is None else dx + routed
-  return (dx,)
-
-
-_max_pool_xla.defvjp(_max_pool_xla_fwd, _max_pool_xla_bwd)
+  return dx
 
 
 def pooled_outputs(x, size, stride):
@@ -119,8 +119,9 @@ def _gather(dx, idx, *, size, stride):
   return out
 
 
-# The max pool's tangent: linear in dx, the offsets a constant. Its transpose is the backward kernel, so reverse mode
-# runs the kernels it always has and never this; forward mode runs it as XLA (a select per offset, one fusion).
+# The max pool's tangent: linear in dx, the offsets a constant. Its transpose is the backward kernel (mode 'xla', the
+# reference's: _spread), so reverse mode runs the kernels it always has and never this; forward mode runs it as XLA
+# (a select per offset, one fusion).
 GATHER = Primitive("chwn_max_pool_gather")
 GATHER.def_impl(lambda dx, idx, *, size, stride, **_: _gather(dx, idx, size=size, stride=stride))
 GATHER.def_abstract_eval(lambda dx, idx, **_: dx.update(shape=idx.shape, weak_type=False))
@@ -158,6 +159,8 @@ def _gather_transpose(ct, dx, idx, *, mode, size, stride):
   if type(ct) is ad.Zero:
     return [None, None]
   _, height, width, _ = dx.aval.shape
+  if mode == "xla":  # the reference's: XLA's own
+    return [_spread(ct, idx, size, stride, height, width), None]
   return [POOL_BWD(ct, idx, mode=mode, size=size, stride=stride, height=height, width=width)[0], None]
 
 
