@@ -169,3 +169,13 @@ def test_bad_tables_and_names_are_refused():
     Table((conv, Layer("f", "fc", filters=10)))
   with pytest.raises(ValueError, match="unique"):
     Table((conv, conv, fc))
+
+
+def test_a_plan_for_another_model_axis_is_refused():
+  # A setup's plan for two devices on the model axis, applied with every tower on this one: said, not re-planned.
+  from alexnet_jax.network import placement  # noqa: PLC0415
+
+  table = alexnet(num_classes=10, width=0.0625)
+  net = Network(table, plan=placement.plan(table, model=2))
+  with pytest.raises(ValueError, match="plan is for a model axis of 2 devices, but it runs on 1"):
+    jax.eval_shape(lambda x: net.init(jax.random.key(0), x), jax.ShapeDtypeStruct((3, 67, 67, 2), jnp.float32))
