@@ -4,6 +4,11 @@ N GPUs of a host or several hosts, from per-layer kernel times measured on one H
 
   python scripts/step_model.py --config configs/alexnet_2gpu.py [--devices 2,4,8] [--hosts 1] [--link nvlink4]
       [--network ib_ndr] [--per_device_batch 128 | --batch 1024] [--nochecks] [--json OUT.json]
+  python scripts/step_model.py --png docs/results/step_model_scaling.png
+
+--png (no --config) predicts SCALING's grid instead: AlexNet and VGG-16 on 1, 2, 4, 8 GPUs of a host and 2, 4, 8
+hosts of 8, each named strategy and the searched placement, at each network's per-GPU batch, beside the measured
+AlexNet rows at that batch; it prints VGG-16's one-GPU checks and the table, and draws the plot to FILE.
 
 --devices are GPUs per host, --hosts the host counts (each pair a row group: devices × hosts GPUs). Runs on CPU in
 seconds: nothing is compiled, shapes come from the layer table. Prints markdown; --json writes the checks and the
@@ -29,6 +34,13 @@ flags.DEFINE_float("overlap", None, "share of the gradient all-reduces hidden be
                    "the fitted one)")
 flags.DEFINE_bool("checks", True, "print the model's predictions of every recorded step beside the measured ones")
 flags.DEFINE_string("json", None, "write the checks and the predictions here")
+flags.DEFINE_string("png", None, "predict SCALING's grid (AlexNet and VGG-16) and draw it here, instead of --config")
+
+# The scaling figure: (label, profiled network, images per GPU); the GPUs as (GPUs a host, hosts).
+SCALING = (("AlexNet", "alexnet", 128), ("VGG-16", "vgg16", 32))
+SCALING_GPUS = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8))
+# The raw files of measured AlexNet steps at its per-GPU batch (step_model.CHECKS' rows), each at its own commit.
+MEASURED = ("bench_one_h200_2026-12-02_lrn_pool.json", "scaling_h200_n2_b128.json")
 
 
 def check_table(checks) -> str:
@@ -93,9 +105,92 @@ def predictions(args, table) -> list[dict]:
   return results
 
 
+def measured_points(per_gpu: int) -> dict:
+  """{(GPUs, strategy): the check (measured images/s, and predicted at its commit's one-GPU step)} of MEASURED's
+  rows at `per_gpu` images a GPU."""
+  from alexnet_jax.measure import step_model  # noqa: PLC0415
+
+  return {(c.devices, step_model.STRATEGY_OF[c.system]): c for c in step_model.checks(files=MEASURED)
+          if c.batch == per_gpu * c.devices}
+
+
+def scaling(link: str = "nvlink4", network: str = "ib_ndr") -> list[dict]:
+  """SCALING's grid: one row per network, GPU count and placement (the named strategies, then the searched)."""
+  from alexnet_jax.measure import step_model  # noqa: PLC0415
+
+  rows = []
+  for label, name, per_gpu in SCALING:
+    table, measured = step_model.profiled_table(name), measured_points(per_gpu) if name == "alexnet" else {}
+    for per_host, hosts in SCALING_GPUS:
+      gpus = per_host * hosts
+      searched = step_model.search(table, gpus, per_gpu * gpus, link, hosts=hosts, network=network)
+      for placement, p in [*searched.named.items(), ("searched", searched.best)]:
+        rows.append(dict(network=label, gpus=gpus, hosts=hosts, per_gpu=per_gpu, placement=placement, p=p,
+                         measured=measured.get((gpus, placement))))
+  return rows
+
+
+def scaling_markdown(rows) -> str:
+  lines = ["| network | GPUs (hosts) | per-GPU batch | global batch | placement | mesh data × model "
+           "| predicted step ms | predicted images/s | measured images/s (predicted at its commit) |",
+           "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+  for r in rows:
+    c = r["measured"]
+    p, measured = r["p"], f"{c.measured:,.0f} ({c.baseline}: {c.predicted:,.0f})" if c else ""
+    lines.append(f"| {r['network']} | {r['gpus']} ({r['hosts']}) | {r['per_gpu']} | {r['per_gpu'] * r['gpus']} | "
+                 f"{r['placement']} | {p.data} × {p.model} | {p.step_ms:.3f} | {p.images_per_s:,.0f} | {measured} |")
+  return "\n".join(lines)
+
+
+def draw(rows, path: str) -> None:
+  """images/s against GPUs, one panel a network: predictions as lines, measured rows as black crosses."""
+  from alexnet_jax.training.pictures import _pyplot  # noqa: PLC0415
+
+  plt = _pyplot()
+  labels = [label for label, _, _ in SCALING]
+  fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 4.5))
+  for ax, label in zip(axes, labels):
+    mine = [r for r in rows if r["network"] == label]
+    for placement in dict.fromkeys(r["placement"] for r in mine):
+      line = [r for r in mine if r["placement"] == placement]
+      ax.plot([r["gpus"] for r in line], [r["p"].images_per_s for r in line], "--" if placement != "searched" else "-",
+              marker="o", markersize=3, label=f"{placement} (predicted)")
+    seen = [r for r in mine if r["measured"]]
+    if seen:
+      ax.plot([r["gpus"] for r in seen], [r["measured"].measured for r in seen], "kx", markersize=8,
+              label="measured (older kernels)")
+    ax.axvline(8, color="grey", linewidth=0.5)  # past it, hosts of 8 GPUs joined by the network
+    ax.set(xscale="log", yscale="log", xlabel="GPUs (8 a host past the line)", ylabel="images/s",
+           title=f"{label}, {mine[0]['per_gpu']} images a GPU, bf16")
+    ax.set_xticks([a * b for a, b in SCALING_GPUS], [str(a * b) for a, b in SCALING_GPUS])
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def draw_scaling(args) -> None:
+  from alexnet_jax.measure import step_model  # noqa: PLC0415
+
+  try:
+    step_model.link(args.link), step_model.link(args.network)
+    checks = step_model.one_gpu_checks("vgg16")
+    rows = scaling(args.link, args.network)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  print("**VGG-16 on one GPU** (bf16, images/s)\n\n" + check_table(checks) + "\n")
+  print(f"**Scaling** ({args.link} within a host, {args.network} between hosts; bf16; measured rows at their own "
+        "commits)\n\n" + scaling_markdown(rows))
+  draw(rows, args.png)
+
+
 def main(argv):
   del argv
   args = flags.FLAGS
+  if args.png:
+    return draw_scaling(args)
+  if args.config is None:
+    sys.exit("error: --config is needed (or --png for the scaling figure)")
   from alexnet_jax.config import network_table  # noqa: PLC0415
   from alexnet_jax.measure import step_model  # noqa: PLC0415
 
@@ -122,4 +217,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main, required=["config"])
+  cli.run(main)

@@ -46,6 +46,18 @@ def test_one_gpu_is_the_profiled_step_at_each_profiled_batch():
     assert p.comm_ms == 0 and p.bytes == 0
 
 
+def test_vgg16_on_one_gpu_is_its_profiled_step_at_each_profiled_batch():
+  profile = step_model.load_profile(step_model.profile_pattern("vgg16"))
+  assert profile.sources == tuple(f"profile_vgg16_one_h200_2026-12-03_b{b}.json" for b in (32, 64, 128, 256))
+  for path in profile.sources:
+    summary = json.load(open(os.path.join(step_model.RESULTS, path)))
+    for strategy in ("data", "hybrid"):
+      p = step_model.predict(get_network("vgg16", towers=1), strategy, 1, summary["batch"])
+      assert p.step_ms == pytest.approx(summary["untraced_step_ms"], rel=1e-9) and p.bytes == 0
+  recorded = step_model.one_gpu_checks("vgg16")[0]  # docs/BENCHMARKS.md's row, measured at an older commit
+  assert (recorded.batch, recorded.measured) == (64, 4060.0) and abs(recorded.error) < 0.05
+
+
 def test_ring_costs_follow_nccl_s_formulas():
   slow = step_model.Link("slow", 100.0, 0.0, "")
   fast = step_model.Link("fast", 200.0, 0.0, "")
@@ -94,12 +106,25 @@ def test_the_search_finds_a_valid_placement_no_slower_than_the_named_strategies(
 
 
 def test_a_table_or_crop_the_profiles_do_not_time_is_refused():
-  with pytest.raises(ValueError, match="no measured kernel times for layer conv1_1"):
-    step_model.predict(get_network("vgg16", towers=1), "data", 2, 256)
+  with pytest.raises(ValueError, match="no measured kernel times for layer conv1_2 as"):  # VGG-11 lacks VGG-16's
+    step_model.predict(get_network("vgg11", towers=1), "data", 2, 256)
+  with pytest.raises(ValueError, match="no measured kernel times for layer conv1 as"):
+    step_model.predict(alexnet(width=0.5), "tower", 2, 256)
   with pytest.raises(ValueError, match="224"):
     step_model.predict(alexnet(), "tower", 2, 256, image_size=192)
   with pytest.raises(ValueError, match="unknown link"):
     step_model.predict(alexnet(), "tower", 2, 256, "token-ring")
+
+
+@pytest.mark.parametrize("devices,hosts", [(8, 1), (64, 8)])
+def test_the_search_on_vgg16_returns_a_valid_placement(devices, hosts):
+  table = get_network("vgg16", towers=1)
+  searched = step_model.search(table, devices, 32 * devices, hosts=hosts)
+  best = searched.best
+  plan(with_places(table, best.places), "table", best.model, best.data)
+  assert set(searched.named) == {"data", "hybrid"} and best.model * best.data == devices
+  assert best.step_ms <= min(p.step_ms for p in searched.named.values())
+  assert best.memory_bytes <= step_model.H200_MEMORY
 
 
 def run_script(*args):
@@ -125,3 +150,15 @@ def test_the_script_s_help_and_errors():
   bad = run_script("--config", "configs/alexnet_2gpu.py", "--link", "token-ring", "--nochecks")
   assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
       "error: unknown link 'token-ring'; choose one of nvlink4, pcie5, ib_ndr, eth100"]
+
+
+def test_the_script_draws_the_scaling_figure(tmp_path):
+  png = tmp_path / "scaling.png"
+  run = run_script("--png", str(png))
+  assert run.returncode == 0, run.stderr
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert "| VGG-16 | 64 (8) | 32 | 2048 | searched |" in run.stdout
+  assert "| AlexNet | 2 (1) | 128 | 256 | tower | 1 × 2 |" in run.stdout and "(567173f: " in run.stdout
+  assert "| docs/BENCHMARKS.md, 2026-11-30 (630d65b) | triton:one | 64 | 1 |" in run.stdout
+  assert run_script("--nochecks").stderr.strip().splitlines() == [
+      "error: --config is needed (or --png for the scaling figure)"]

@@ -1,7 +1,8 @@
 """A step-time model: the train step's time of a layer table under a placement on N GPUs, from measured parts.
 
-Compute comes from per-layer kernel times measured on one H200 (docs/results/profile_one_h200_*_b*.json, written by
-scripts/dev/profile_step.py for `triton:one`: both towers on one GPU as grouped convolutions, bf16), interpolated
+Compute comes from per-layer kernel times measured on one H200 (docs/results/profile_*one_h200_*_b*.json, written by
+scripts/dev/profile_step.py for `triton:one`: all towers on one GPU as grouped convolutions, bf16; PROFILES names each
+network's files, and a table is matched to a network by its layers' shapes), interpolated
 log-log in the batch a device runs, times the share of the layer's work a device does under the placement plan
 (network/placement.py): a tower-split layer its towers' share, a 'data' layer its rows of the batch, a 'model' fc
 layer its slice of the outputs; the update in proportion to the parameters a device holds. Collectives are the
@@ -26,7 +27,11 @@ from alexnet_jax.network.table import STRATEGIES, Table, with_places
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                        "results")
-PROFILES = "profile_one_h200_2026-12-03_b*.json"
+# Each profiled network: its builder's name and arguments, and its profiles' file pattern in docs/results.
+PROFILES = {
+    "alexnet": (dict(towers=2), "profile_one_h200_2026-12-03_b*.json"),
+    "vgg16": (dict(towers=1), "profile_vgg16_one_h200_2026-12-03_b*.json"),
+}
 PROFILE_IMAGE_SIZE = 224  # the profiles' crops
 ACTIVATION_BYTES = 2  # bf16, the profiles' compute dtype
 H200_MEMORY = 141e9  # bytes of HBM3e per H200
@@ -119,7 +124,7 @@ def interpolate(xs, ys, x: float) -> float:
   return ys[i] * math.exp(slope * (math.log(x) - lx[i]))
 
 
-NETWORK_ROWS = ("outside the network", "no HLO op")  # the profile's groups of no layer
+NETWORK_ROWS = ("outside the network", "no HLO op", "no op_name")  # the profile's groups of no layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,11 +151,17 @@ def series_key(group: dict) -> tuple[str, str]:
     return ("input", "") if kind.startswith("triton") else ("update", "")
   if layer == "no HLO op":
     return ("gemm", "") if kind == "other" else ("update", "")
+  if layer == "no op_name":  # a fusion scoped to no layer (VGG-16's pad, µs a step): counted with the crops
+    return "input", ""
   return layer, group["pass"]
 
 
+def profile_pattern(network: str = "alexnet") -> str:
+  return os.path.join(RESULTS, PROFILES[network][1])
+
+
 @functools.cache
-def load_profile(pattern: str = os.path.join(RESULTS, PROFILES)) -> Profile:
+def load_profile(pattern: str = profile_pattern()) -> Profile:
   paths = sorted(glob.glob(pattern), key=lambda p: json.load(open(p))["batch"])
   if len(paths) < 2:
     raise ValueError(f"a step model needs profiles at two batches or more; found {len(paths)} at {pattern}")
@@ -258,21 +269,35 @@ def placed(table: Table, strategy_or_places) -> Table:
   return with_strategy(table, strategy_or_places)
 
 
+def profiled_table(network: str = "alexnet") -> Table:
+  """The table PROFILES' network was profiled as (width 1, 1000 classes)."""
+  from alexnet_jax.network.table import get_network  # noqa: PLC0415
+  return get_network(network, **PROFILES[network][0])
+
+
 @functools.cache
-def profiled_shapes() -> dict:
-  from alexnet_jax.network.table import alexnet  # noqa: PLC0415
-  return layer_shapes(alexnet(), PROFILE_IMAGE_SIZE, 1).params
+def profiled_shapes(network: str = "alexnet") -> dict:
+  return layer_shapes(profiled_table(network), PROFILE_IMAGE_SIZE, 1).params
 
 
-def check_profiled(table: Table, image_size: int) -> None:
-  """The profiles time AlexNet's layers at 224: refuse a table or crop they do not describe."""
+def odd_layers(shapes: dict, known: dict) -> list[str]:
+  """The table's layers the network's profiles do not time as the table shapes them, then the network's it lacks."""
+  return [name for name, leaves in shapes.items() if known.get(name) != leaves] + sorted(set(known) - set(shapes))
+
+
+def check_profiled(table: Table, image_size: int) -> str:
+  """The profiled network (PROFILES) whose layers the table has, shaped alike, at 224; else a table or crop the
+  profiles do not describe is refused."""
   if image_size != PROFILE_IMAGE_SIZE:
     raise ValueError(f"the measured kernel times are of {PROFILE_IMAGE_SIZE}×{PROFILE_IMAGE_SIZE} crops, not "
                      f"{image_size}")
-  shapes, known = layer_shapes(table, image_size, 1).params, profiled_shapes()
-  if odd := [name for name, leaves in shapes.items() if known.get(name) != leaves]:
-    raise ValueError(f"no measured kernel times for layer {odd[0]} as this table shapes it: the profiles time the "
-                     "paper's AlexNet (2 towers, width 1, 1000 classes)")
+  shapes = layer_shapes(table, image_size, 1).params
+  odd = {network: odd_layers(shapes, profiled_shapes(network)) for network in PROFILES}
+  closest = min(odd, key=lambda network: len(odd[network]))
+  if odd[closest]:
+    raise ValueError(f"no measured kernel times for layer {odd[closest][0]} as this table shapes it: the profiles time "
+                     "the paper's AlexNet (2 towers) and VGG-16 (one tower), width 1, 1000 classes")
+  return closest
 
 
 def share_of(p, the_plan: Plan) -> float:
@@ -369,12 +394,12 @@ def predict(table: Table, strategy_or_places="tower", devices: int = 1, batch: i
   if not 0 <= overlap <= 1:
     raise ValueError(f"overlap is a share of the gradient all-reduces, 0 to 1, not {overlap}")
   table = placed(table, strategy_or_places)
-  check_profiled(table, image_size)
+  profiled = check_profiled(table, image_size)
   model = mesh_of(table, devices, model)
   the_plan = plan(table, "table", model, devices // model)
   if batch % devices:
     raise ValueError(f"a global batch of {batch} does not split over {devices} devices")
-  profile = profile or load_profile()
+  profile = profile or load_profile(profile_pattern(profiled))
   topology = Hosts(devices // hosts, hosts, link(link_name), link(network), launch_us)
   critical, gradient, traffic = collective_ms(the_plan, batch, topology, gather_input)
   gemm = fc_weights(table)
@@ -488,15 +513,21 @@ def fit(launches=tuple(range(0, 101, 5)), overlaps=tuple(i / 20 for i in range(2
 @dataclasses.dataclass(frozen=True)
 class Searched:
   best: Prediction
-  named: dict[str, Prediction]  # tower, data, hybrid as benchmark.py's layouts place them
+  named: dict[str, Prediction]  # tower (where there are towers), data, hybrid as benchmark.py's layouts place them
   tried: int  # placements predicted (valid tables on a valid mesh)
+
+
+def named_strategies(table: Table) -> tuple[str, ...]:
+  """The strategies that differ on this table: with one tower, 'tower' is the whole network on each device, 'data'."""
+  return STRATEGIES if table.towers > 1 else tuple(s for s in STRATEGIES if s != "tower")
 
 
 def candidates(table: Table):
   """Every table of per-layer places the table's rules accept: each weighted layer 'tower' or 'data', an fc layer
-  'model' too."""
+  'model' too ('tower' left out with one tower: there it is 'data' or refused)."""
   weighted = table.weighted()
-  choices = [("tower", "data", "model") if kind_of(layer).sliced else ("tower", "data") for layer in weighted]
+  spread = ("tower", "data") if table.towers > 1 else ("data",)
+  choices = [spread + ("model",) if kind_of(layer).sliced else spread for layer in weighted]
   for places in itertools.product(*choices):
     try:
       yield with_places(table, {layer.name: place for layer, place in zip(weighted, places)})
@@ -508,7 +539,7 @@ def search(table: Table, devices: int, batch: int, link_name="nvlink4", memory: 
            **kwargs) -> Searched:
   """The fastest placement (per-layer places and model axis) predicted for `devices` GPUs that fits in `memory`
   bytes a device, beside the named strategies; kwargs go to predict."""
-  named = {s: predict(table, s, devices, batch, link_name, **kwargs) for s in STRATEGIES}
+  named = {s: predict(table, s, devices, batch, link_name, **kwargs) for s in named_strategies(table)}
   best, tried = None, 0
   for candidate in candidates(table):
     for model in (m for m in range(1, devices + 1) if devices % m == 0):
@@ -522,3 +553,22 @@ def search(table: Table, devices: int, batch: int, link_name="nvlink4", memory: 
   if best is None:
     raise ValueError(f"no placement of the table on {devices} devices fits in {memory / 1e9:.0f} GB a device")
   return Searched(best, named, tried)
+
+
+# One-GPU rows recorded without a raw step file: (network, system, batch, images/s, where, commit measured at).
+RECORDED = (("vgg16", "triton:one", 64, 4060.0, "docs/BENCHMARKS.md, 2026-11-30", "630d65b"),)
+
+
+def one_gpu_checks(network: str = "vgg16") -> list[Check]:
+  """A network's one-GPU step predicted beside its recorded rows (RECORDED: measured at an older commit than the
+  profiles, not rescaled) and its profiles' own untraced steps."""
+  table = profiled_table(network)
+  out = [Check(f"{where} ({commit})", system, batch, 1, "profile", ips,
+               predict(table, "data", 1, batch).images_per_s, False)
+         for name, system, batch, ips, where, commit in RECORDED if name == network]
+  for path in load_profile(profile_pattern(network)).sources:
+    summary = json.load(open(os.path.join(RESULTS, path)))
+    measured = summary["batch"] / summary["untraced_step_ms"] * 1e3
+    out.append(Check(path, summary["system"], summary["batch"], 1, "profile", measured,
+                     predict(table, "data", 1, summary["batch"]).images_per_s, False))
+  return out
