@@ -285,14 +285,19 @@ def pooled_net(backend):
   return loss, (rand(rng, 4, 7, 7, 3), rand(rng, 4, 3, 3, 6, scale=0.3), rand(rng, 6), rand(rng, 6 * 3 * 3, 5))
 
 
-def test_hessian_vector_product_through_max_pool_matches_the_reference():
-  loss, args = pooled_net("interpret")
+def hvp_against_the_reference(net):
+  """A Hessian-vector product (forward over reverse) of net('interpret')'s loss against net('xla')'s."""
+  loss, args = net("interpret")
   tangents = like(*args)
   hvp = lambda loss, a, t: jax.jvp(jax.grad(loss, (0, 1, 2, 3)), a, t)  # noqa: E731
   with jax.default_matmul_precision("highest"):
-    want = hvp(pooled_net("xla")[0], args, tangents)
+    want = jax.jit(functools.partial(hvp, net("xla")[0]))(args, tangents)
     got = jax.jit(functools.partial(hvp, loss))(args, tangents)
   close(got, want)
+
+
+def test_hessian_vector_product_through_max_pool_matches_the_reference():
+  hvp_against_the_reference(pooled_net)
 
 
 def test_max_pool_reverse_mode_runs_its_two_kernels():
@@ -371,13 +376,7 @@ def normalised_net(backend):
 
 
 def test_hessian_vector_product_through_lrn_matches_the_reference():
-  loss, args = normalised_net("interpret")
-  tangents = like(*args)
-  hvp = lambda loss, a, t: jax.jvp(jax.grad(loss, (0, 1, 2, 3)), a, t)  # noqa: E731
-  with jax.default_matmul_precision("highest"):
-    want = jax.jit(functools.partial(hvp, normalised_net("xla")[0]))(args, tangents)
-    got = jax.jit(functools.partial(hvp, loss))(args, tangents)
-  close(got, want)
+  hvp_against_the_reference(normalised_net)
 
 
 def test_lrn_reverse_mode_runs_its_two_kernels_and_keeps_x():
