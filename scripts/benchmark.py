@@ -215,6 +215,9 @@ def compare(rows: list[dict]) -> None:
     r["vs_one_device"] = r["images_per_s"] / one if one and layout != "one" else None
 
 
+DIVERGED = "  diverged"  # beside a row whose loss ended not finite
+
+
 def table(rows: list[dict]) -> str:
   def num(v, fmt):
     return "—" if v is None else format(v, fmt)
@@ -236,12 +239,16 @@ def table(rows: list[dict]) -> str:
     lines.append(f"{r['system']:13} {r['devices']:3d} {r['dtype']:9} {r['batch']:5d} {r['images_per_s']:9,.0f} "
                  f"{r['step_ms']:8.3f} {r['window_spread']:6.1%} {r['blocked_step_ms']:8.3f} {r['mfu']:6.1%} "
                  f"{num(r['step_gib'], '8.2f'):>8} {num(r['peak_gib'], '8.2f'):>8} {num(r['vs_plain'], '6.2f'):>6} "
-                 f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}")
+                 f"{num(r['vs_one_device'], '6.2f'):>6}  {r['loss']:.3f}{'' if math.isfinite(r['loss']) else DIVERGED}")
   if timed_modes := [r for r in done if "torch_modes" in r]:
     from alexnet_jax.measure import torch_step  # noqa: PLC0415
 
     lines.append("\ntorch.compile modes (the row gives the fastest):")
     lines += ["  " + torch_step.modes_line(r) for r in timed_modes]
+  if any(not math.isfinite(r["loss"]) for r in done):
+    lines.append(f"\n{DIVERGED.strip()}: the loss at the row's last timed step was not finite; it times a network "
+                 "that no longer trains, so its figure is not one of training (a lower learning_rate or another "
+                 "weight_init would train)")
   for r in done:
     if r["collective_bytes"]:
       lines.append(f"\n{r['system']} ({r['devices']} devices, {r['dtype']}, batch {r['batch']}): cross-device bytes "

@@ -2,6 +2,7 @@
 CPU), and the reading of profiler traces."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -42,7 +43,22 @@ def test_benchmark_times_ours_against_plain_xla_in_one_table(tmp_path):
   assert plain["vs_plain"] == 1.0
   table = run.stdout[run.stdout.index("system "):]
   assert "xla:split" in table and "plain:split" in table and "needs a CUDA GPU" in table
+  assert "diverged" not in table  # the demo's learning rate trains
   assert len(list(cache.iterdir())) >= 2  # each timed row's step went into the shared compilation cache
+
+
+def test_a_row_whose_loss_ends_not_finite_is_marked_diverged(tmp_path):
+  # A learning rate of 1e6 blows the weights up within the warm-up steps: the row is timed and kept, and marked.
+  out = tmp_path / "rows.json"
+  run = script("benchmark.py", *SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1",
+               "--windows=1", "--noseparate", "--config.learning_rate=1e6", "--config.mesh.model=1",
+               f"--json={out}")
+  assert run.returncode == 0, run.stderr
+  (row,) = json.loads(out.read_text())
+  assert row["images_per_s"] > 0 and not math.isfinite(row["loss"])
+  table = run.stdout[run.stdout.index("system "):]
+  assert "diverged" in table.splitlines()[1]
+  assert "diverged: the loss at the row's last timed step was not finite" in table
 
 
 def test_benchmark_refuses_an_unknown_system_in_one_line():
