@@ -30,7 +30,7 @@ class Kind:
   run: Callable
   # (net: baseline.PlainNetwork, p: placement.LayerPlan, x, train) -> y: as a JAX user writes it, NHWC or (N, F)
   plain: Callable
-  # (layer, torch.nn, channels, towers) -> [modules]: PyTorch's, NCHW; `towers`: tower blocks of the input maps
+  # (layer, torch.nn, input shape, towers) -> [modules]: PyTorch's, NCHW; `towers`: tower blocks of the input maps
   torch: Callable
   output_shape: Callable = _same_shape  # (layer, input shape (C, H, W, N) or (F, N)) -> output shape
   check: Callable = _no_check  # (layer) -> None, or a ValueError naming the layer
