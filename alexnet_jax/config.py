@@ -132,7 +132,8 @@ KEYS = {
     "towers": Key(2, Range(int, 1, 64), "the towers every weighted layer is split over (the paper's two GPUs)"),
     "image_size": Key(224, Range(int, 8, 4096), "the crop the network sees, cut from the stored images"),
     "weight_init": Key("paper", Choice(_inits), "'paper': N(0, 0.01) and the table's biases; 'he': "
-                       "N(0, 2/fan-in), zero biases (trains small or deep nets)"),
+                       "N(0, 2/fan-in), zero biases (trains small nets); 'glorot': N(0, 2/(fan-in + fan-out)), zero "
+                       "biases (deep nets without normalisation: VGG)"),
     "init_from": Key("", Text(), "a weights file in the PyTorch/Caffe layout (.npz or .pt) to start from; fc8 is "
                      "made anew where the classes differ ('': none)"),
     "lrn_alpha_over_n": Key(False, BOOL, "LRN's α divided by its window, as Caffe's and cuda-convnet's code (the "

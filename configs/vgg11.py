@@ -5,7 +5,7 @@ Their recipe: batch 256, SGD momentum 0.9, weight decay 5e-4, learning rate 0.01
 validation accuracy stopped improving, 74 epochs, dropout 0.5 in fc6 and fc7, and training images rescaled to a
 shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data settings of the paper's config.
 The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They trained VGG-11 from N(0, 0.01)
-weights and zero biases; this config uses He's initialisation, as configs/vgg16.py does.
+weights and zero biases; this config uses Glorot's initialisation, as configs/vgg16.py does (its docstring says why).
 """
 
 from alexnet_jax.config import paper_config
@@ -17,7 +17,7 @@ def get_config():
   config.towers = 1
   config.mesh.model = 1
   config.mesh.data = -1
-  config.weight_init = "he"
+  config.weight_init = "glorot"
   config.batch_size = 256
   config.num_epochs = 74.0
   config.lr_drop_epochs = (30.0, 50.0, 65.0)

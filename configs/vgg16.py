@@ -5,9 +5,9 @@ Their recipe: batch 256, SGD momentum 0.9, weight decay 5e-4, learning rate 0.01
 validation accuracy stopped improving, 74 epochs, dropout 0.5 in fc6 and fc7, and training images rescaled to a
 shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data settings of the paper's config.
 The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They initialised the deep nets from a
-trained VGG-11 (or, later, by Glorot's rule); this config uses He's initialisation. Without batch normalisation
-the net is touchy: scripts/benchmark.py, which repeats one random batch with random labels, diverges at lr 0.01 from
-He's and from torchvision's initialisation alike (tried on CPU, batch 8); a run on ImageNet is not yet made.
+trained VGG-11, and found later that Glorot's rule trains them from scratch: this config uses it ('glorot'). He's
+scale, whose activations keep their size through the 13 conv layers without normalisation, diverges at lr 0.01 in
+its first steps (docs/BENCHMARKS.md has the runs).
 """
 
 from alexnet_jax.config import paper_config
@@ -19,7 +19,7 @@ def get_config():
   config.towers = 1
   config.mesh.model = 1
   config.mesh.data = -1
-  config.weight_init = "he"
+  config.weight_init = "glorot"
   config.batch_size = 256
   config.num_epochs = 74.0
   config.lr_drop_epochs = (30.0, 50.0, 65.0)

@@ -88,6 +88,14 @@ def test_he_initialisation_scales_by_fan_in():
   assert float(jnp.abs(params["fc6"]["bias"]).max()) == 0.0
 
 
+def test_glorot_initialisation_scales_by_fan_in_and_fan_out():
+  params = paper_params(jax.random.key(1), init="glorot")
+  # conv2 per tower: 48 channels in, 128 filters out, 5×5; fc6 reads both towers' 9216 features into its 2048
+  assert abs(float(params["conv2"]["kernel"].std()) - (2 / (25 * (48 + 128))) ** 0.5) < 2e-4
+  assert abs(float(params["fc6"]["kernel"].std()) - (2 / (9216 + 2048)) ** 0.5) < 1e-4
+  assert float(jnp.abs(params["conv2"]["bias"]).max()) == 0.0
+
+
 def test_per_tower_shapes_for_the_kernels_follow_the_paper():
   # What scripts/dev/verify_kernels.py and bench_kernels.py run: one tower's share, traced from the table.
   n = 128

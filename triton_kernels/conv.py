@@ -21,7 +21,7 @@ import math
 import triton
 import triton.language as tl
 
-from triton_kernels.conv_tiles import TUNED
+from triton_kernels.conv_tiles import TUNED, tile_key
 from triton_kernels.launch import Launch, out_size
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -179,13 +179,6 @@ class Tiles:
 
 BLOCK_NAMES = {"fwd": ("BLOCK_F", "BLOCK_P", "BLOCK_K"), "dgrad": ("BLOCK_C", "BLOCK_Q", "BLOCK_K"),
                "wgrad": ("BLOCK_R", "BLOCK_F", "BLOCK_P")}
-
-
-def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
-  """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD, G): what TUNED is keyed by."""
-  _, h, w, n = x_shape
-  cg, kh, kw, f = w_shape
-  return (kernel, n, cg, h, w, f // groups, kh, kw, stride, padding, groups)
 
 
 def _block(n: int, lo: int, hi: int) -> int:

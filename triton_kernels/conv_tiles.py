@@ -15,6 +15,14 @@ The runs, with each candidate's time and the rule of thumb's: docs/results/tune_
 docs/results/tune_kernels_*_conv{2_wgrad_columns,4_one,5_one}_b512.json; docs/BENCHMARKS.md has the figures.
 """
 
+
+def tile_key(kernel, x_shape, w_shape, stride, padding, groups) -> tuple:
+  """(kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD, G): what TUNED is keyed by."""
+  _, h, w, n = x_shape
+  cg, kh, kw, f = w_shape
+  return (kernel, n, cg, h, w, f // groups, kh, kw, stride, padding, groups)
+
+
 TUNED = {
     ("fwd", 128, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 256, 32, 4, 3, 4096),  # conv1 split
     ("wgrad", 128, 3, 224, 224, 48, 11, 11, 4, 2, 1): (64, 64, 64, 4, 4, 4096),  # conv1 split

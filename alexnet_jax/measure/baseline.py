@@ -71,7 +71,8 @@ class Weights(nn.Module):
 
   @nn.compact
   def __call__(self):
-    std, bias_init = initial_weights(self.layer, int(np.prod(self.shape[:-1])), self.weight_init)
+    fan_out = int(np.prod(self.shape[1:])) if len(self.shape) == 4 else self.shape[-1]  # conv (C_in, KH, KW, F)
+    std, bias_init = initial_weights(self.layer, int(np.prod(self.shape[:-1])), fan_out, self.weight_init)
     kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.shape)
     return kernel, self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), (self.shape[-1],))
 

@@ -26,10 +26,10 @@ from alexnet_jax.network.placement import GATHER, GATHER_SLICES, OWN_SLICES, OWN
 from alexnet_jax.network.table import Layer, Table, initial_weights
 
 
-def _fan_in(shape, split: str) -> int:
+def _fans(shape, split: str) -> tuple[int, int]:
   if len(shape) == 5:  # conv (towers, C_in, KH, KW, F)
-    return shape[1] * shape[2] * shape[3]
-  return shape[0] * shape[1] if split == "sum" else shape[1]
+    return shape[1] * shape[2] * shape[3], shape[2] * shape[3] * shape[4]
+  return (shape[0] * shape[1] if split == "sum" else shape[1]), shape[-1]
 
 
 class TowerWeights(nn.Module):
@@ -42,7 +42,7 @@ class TowerWeights(nn.Module):
   @nn.compact
   def __call__(self):
     split = self.layer.split
-    std, bias_init = initial_weights(self.layer, _fan_in(self.kernel_shape, split), self.weight_init)
+    std, bias_init = initial_weights(self.layer, *_fans(self.kernel_shape, split), self.weight_init)
     kernel = self.param("kernel", lambda key, s: std * jax.random.normal(key, s, jnp.float32), self.kernel_shape)
     bias_shape = (self.kernel_shape[-1],) if split == "sum" else (self.kernel_shape[0], self.kernel_shape[-1])
     bias = self.param("bias", lambda _, s: jnp.full(s, bias_init, jnp.float32), bias_shape)
@@ -63,7 +63,8 @@ class Network(nn.Module):
   tower_axis: str | None = None
   batch_axis: str | None = None  # mesh (or pmap) axis the batch is split over in every layer; None: not split
   dtype: Any = jnp.float32  # compute dtype; parameters stay float32
-  # table.initial_weights: 'paper' N(0, 0.01) and the table's biases; 'he' He's scale, which trains small nets faster
+  # table.initial_weights: 'paper' N(0, 0.01) and the table's biases; 'he' He's scale, which trains small nets faster;
+  # 'glorot' Glorot's, which keeps deep nets without normalisation (VGG) from diverging at the paper's rate
   weight_init: str = "paper"
   backend: str = "auto"  # the ops' backend (ops.BACKENDS); sharding.sharded_apply resolves 'auto' network-wide
   # The table's placement plan on the mesh it runs on (a setup's, made once: train.make_setup); None: made here for

@@ -60,15 +60,16 @@ class Layer:
     return kind_of(self).weighted
 
 
-INITS = ("paper", "he")
+INITS = ("paper", "he", "glorot")
 
 
-def initial_weights(layer: Layer, fan_in: int, weight_init: str) -> tuple[float, float]:
+def initial_weights(layer: Layer, fan_in: int, fan_out: int, weight_init: str) -> tuple[float, float]:
   """(std of the kernel's normal draws, bias value) of `layer` under `weight_init`: 'paper' N(0, 0.01) and the
-  table's biases; 'he' N(0, 2/fan_in) (He et al. 2015) and zero biases."""
+  table's biases; 'he' N(0, 2/fan_in) (He et al. 2015), 'glorot' N(0, 2/(fan_in + fan_out)) (Glorot & Bengio
+  2010), each with zero biases. fan_out counts a kernel's outputs per input: filters × KH × KW for a conv."""
   if weight_init == "paper":
     return 0.01, layer.bias_init
-  return (2.0 / fan_in) ** 0.5, 0.0
+  return (2.0 / (fan_in if weight_init == "he" else fan_in + fan_out)) ** 0.5, 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The `backend` switch shared by every op with a kernel.
 
 'xla' runs the op's XLA reference (lax with CHWN dimension numbers). 'auto', in a process with a CUDA device,
-stages both the reference and the Triton kernel and lets the lowering platform choose: the kernel on CUDA, the
+stages both the reference and the kernels and lets the lowering platform choose: on CUDA the kernels, each or XLA's
+own computation of it, whichever a measured table has faster at its shapes (mode 'fastest': ops/kernel.py), the
 reference everywhere else, so one traced program (and one `jax.export` artifact) serves CPU, TPU and GPU; in a
 process without one it is the reference alone, as no program made there can carry the kernels (jax-triton compiles
-them for the GPU it sees). 'triton' insists on the kernel (CUDA only); 'interpret' runs the kernel under the Triton
-interpreter on any platform (slow: tests).
+them for the GPU it sees). 'triton' insists on the kernels (CUDA only); 'interpret' runs the kernels under the
+Triton interpreter on any platform (slow: tests).
 """
 
 import functools
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 BACKENDS = ("auto", "xla", "triton", "interpret")
+FASTEST = "fastest"  # 'auto' on CUDA, resolved (by_platform): what a network passes on to its ops
 
 
 def check_backend(backend: str, dtype=None) -> str:
@@ -21,7 +23,7 @@ def check_backend(backend: str, dtype=None) -> str:
 
   float64 input always takes the XLA reference: the kernels compute in float32 at most.
   """
-  if backend not in BACKENDS:
+  if backend not in (*BACKENDS, FASTEST):
     raise ValueError(f"unknown kernel backend {backend!r}; choose one of {', '.join(BACKENDS)}")
   return "xla" if dtype is not None and jnp.dtype(dtype) == jnp.float64 else backend
 
@@ -36,7 +38,7 @@ def cuda_here() -> bool:
 
 
 def by_platform(backend: str, build):
-  """build(backend) for a backend other than 'auto'; for 'auto', a function that runs build('triton') where the
+  """build(backend) for a backend other than 'auto'; for 'auto', a function that runs build(FASTEST) where the
   program is lowered for CUDA and build('xla') everywhere else — or build('xla') alone without a CUDA device here,
   where tracing the kernels too would only cost time. The one place where 'auto' is resolved, for an op (dispatch)
   or for a whole network (network.sharding.sharded_apply)."""
@@ -44,7 +46,7 @@ def by_platform(backend: str, build):
     backend = "xla"
   if backend != "auto":
     return build(backend)
-  kernels, reference = build("triton"), build("xla")
+  kernels, reference = build(FASTEST), build("xla")
   return lambda *args: jax.lax.platform_dependent(*args, cuda=kernels, default=reference)
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.interpreters import ad
 
+from alexnet_jax.ops import conv_choice
 from alexnet_jax.ops.backend import dispatch, dot_precision
 from alexnet_jax.ops.kernel import KernelPrimitive, KernelSpec, triton_kernels, zero_tangent
 from triton_kernels.launch import out_size
@@ -65,22 +66,49 @@ def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision, tiles=N
                                                  tiles=tiles)
 
 
+# What XLA computes in a kernel's place where the measured table has it faster (ops/conv_choice.py): the reference
+# convolution, and its transposes for the gradients, on the operands as the kernels read them.
+def _fwd_xla(x, w, b, *, stride, padding, groups, relu, has_bias, **_):
+  return [conv2d_reference(x, w, b if has_bias else None, stride=stride, padding=padding, groups=groups, relu=relu)]
+
+
+def _dgrad_xla(dy, w, *, x_shape, stride, padding, groups, **_):
+  conv = functools.partial(conv2d_reference, w=w, stride=stride, padding=padding, groups=groups)
+  return list(jax.linear_transpose(conv, jax.ShapeDtypeStruct(x_shape, dy.dtype))(dy))
+
+
+def _wgrad_xla(x, dy, *, w_shape, stride, padding, groups, **_):
+  conv = functools.partial(conv2d_reference, x, stride=stride, padding=padding, groups=groups)
+  (dw,) = jax.linear_transpose(lambda w: conv(w), jax.ShapeDtypeStruct(w_shape, x.dtype))(dy)
+  return [dw.astype(jnp.float32)]
+
+
+def _faster(kernel, image_shape, filter_shape):
+  """The spec's xla_faster for `kernel`, from the images' and filters' shapes as it finds them in (avals, params)."""
+  return lambda *avals, **p: conv_choice.xla_faster(
+      kernel, image_shape(avals, p), filter_shape(avals, p), p["stride"], p["padding"], p["groups"],
+      avals[0].dtype.name)
+
+
 # Filters (and the filter gradient's dy) may come in another dtype than the images: the kernels read them in the
 # images' (dy's), and the bias in float32.
 CONV_FWD = KernelPrimitive("chwn_conv_fwd", KernelSpec(
     launch=_fwd_launch, batch_last=(0,), reads=lambda x, w, b, **p: (x.dtype, x.dtype, jnp.float32),
     outputs=lambda x, w, b, **p: [jax.ShapeDtypeStruct(_out_shape(x.shape, w.shape, p["stride"], p["padding"]),
-                                                       x.dtype)]))
+                                                       x.dtype)],
+    xla=_fwd_xla, xla_faster=_faster("fwd", lambda a, p: a[0].shape, lambda a, p: a[1].shape)))
 CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
     launch=_dgrad_launch, batch_last=(0,), reads=lambda dy, w, **p: (dy.dtype, dy.dtype),
-    outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)]))
+    outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)],
+    xla=_dgrad_xla, xla_faster=_faster("dgrad", lambda a, p: p["x_shape"], lambda a, p: a[1].shape)))
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
     launch=_wgrad_launch, reads=lambda x, dy, **p: (x.dtype, x.dtype),
     outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
     # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
     kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
         (_wgrad_launch(x, dy, **p).constexprs["SPLIT"], *p["w_shape"]), jnp.float32)],
-    finish=lambda partials, **p: [partials.sum(axis=0)]))
+    finish=lambda partials, **p: [partials.sum(axis=0)],
+    xla=_wgrad_xla, xla_faster=_faster("wgrad", lambda a, p: a[0].shape, lambda a, p: p["w_shape"])))
 
 
 def _geometry(params):

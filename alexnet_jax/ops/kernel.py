@@ -4,9 +4,11 @@ A `KernelPrimitive` makes one kernel of triton_kernels/ a `jax.extend.core.Primi
 - abstract eval from the op's output shapes, keeping the operands' varying manual axes, which shard_map's
   check_vma needs (jax-triton's own primitive drops them);
 - lowering: with mode='triton', on CUDA, the kernel through `jax_triton.triton_call` (imported there: it fails to
-  import on a CPU-only jaxlib); with mode='interpret', on any platform, the real kernel under the Triton interpreter
-  in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering of its own: an op
-  that must run everywhere picks its XLA reference for the other platforms (`backend.dispatch`);
+  import on a CPU-only jaxlib); with mode='fastest', on CUDA, the kernel or, where a measured table has XLA's own
+  computation of the same outputs faster at these shapes (`KernelSpec.xla_faster`), that (`KernelSpec.xla`): a
+  convolution's three directions each choose; with mode='interpret', on any platform, the real kernel under the
+  Triton interpreter in a host callback, which is how the CPU tests run the kernels. A primitive has no XLA lowering
+  for other platforms: an op that must run everywhere picks its XLA reference there (`backend.dispatch`);
 - batching: a vmapped axis of batch-last operands folds into their image axis N (what CHWN is good at); any other
   batching maps over the vmapped axis;
 - differentiation, for a kernel linear in each of two operands (`def_bilinear`), as lax builds its dot and
@@ -36,7 +38,7 @@ from jax.interpreters import ad, batching, mlir
 
 from triton_kernels import interpret  # no Triton import: it runs the kernels that triton_kernels() hands it
 
-MODES = ("triton", "interpret")
+MODES = ("triton", "fastest", "interpret")
 
 
 def triton_kernels():
@@ -66,6 +68,11 @@ class KernelSpec:
   # converts it (XLA fuses that into the operand's producer). Narrowing inside the primitive, not before it, returns
   # a gradient in the operand's own dtype: a float32 filter gradient for float32 filters read in bfloat16.
   reads: Callable | None = None
+  # mode 'fastest': (*avals, **params) -> whether XLA computes the outputs faster than the kernel at these shapes (a
+  # measured table's answer), and (*operands, **params) -> those outputs as XLA computes them, the operands read as
+  # the kernel reads them
+  xla_faster: Callable | None = None
+  xla: Callable | None = None
 
 
 class KernelPrimitive:
@@ -101,6 +108,8 @@ class KernelPrimitive:
         avals = [a.update(dtype=d) for a, d in zip(avals, self.spec.reads(*avals, **params))]
       if mode == "interpret":
         fn = self._interpreted(avals, params)
+      elif cuda and mode == "fastest" and self.spec.xla_faster and self.spec.xla_faster(*avals, **params):
+        fn = functools.partial(self.spec.xla, **params)
       elif cuda:
         fn = self._triton(avals, params)
       else:

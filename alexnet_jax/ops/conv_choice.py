@@ -1,0 +1,182 @@
+"""Which of a convolution's three directions run our Triton kernel and which XLA's own convolution (cuDNN), per
+layer, under kernel_backend 'auto' on CUDA: a table measured on one H200, as the kernels' tiles are
+(triton_kernels/conv_tiles.py).
+
+Key: triton_kernels.conv_tiles.tile_key (kernel, N, C/G, H, W, F/G, KH, KW, STRIDE, PAD, G), the layer as one device
+runs it. Value: (our kernel's ms, XLA's ms) in bfloat16, each the median of scripts/dev/measure_conv_choice.py's
+rounds (XLA's convolution on the same CHWN arrays, its layout changes included). A layer not measured runs our kernel;
+a batch not measured takes the nearest one measured (in ratio). XLA is chosen only where it wins by more than MARGIN:
+closer than that, the two are within the timings' spread and our kernel, the project's subject, runs.
+"""
+
+import math
+
+from triton_kernels.conv_tiles import tile_key
+
+MARGIN = 0.05
+
+# NVIDIA H200, bfloat16, from
+#   python3 scripts/dev/measure_conv_choice.py --run configs/alexnet_1gpu.py:128,512 --run configs/zfnet.py:128,512
+#       --run configs/nin.py:128,512 --run configs/vgg11.py:128,256 --run configs/vgg16.py:128,256 --json OUT.json
+# then --print_table OUT.json: docs/results/conv_choice_one_h200_2026-12-03.json
+MEASURED: dict[tuple, tuple[float, float]] = {
+    ('dgrad', 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.1842, 0.3443),  # alexnet conv2
+    ('dgrad', 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (0.6856, 0.8453),  # vgg11 conv2_1, vgg16 conv2_1
+    ('dgrad', 128, 64, 224, 224, 64, 3, 3, 1, 1, 1): (1.3818, 2.1292),  # vgg16 conv1_2
+    ('dgrad', 128, 96, 27, 27, 256, 5, 5, 1, 2, 1): (0.3248, 0.2781),  # nin conv2
+    ('dgrad', 128, 96, 54, 54, 256, 5, 5, 2, 2, 1): (1.1721, 0.3254),  # zfnet conv2
+    ('dgrad', 128, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.0757, 0.1742),  # nin cccp1, nin cccp2
+    ('dgrad', 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (0.4876, 0.5373),  # vgg11 conv3_1, vgg16 conv3_1
+    ('dgrad', 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (1.0249, 1.1684),  # vgg16 conv2_2
+    ('dgrad', 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.0551, 0.1466),  # alexnet conv5
+    ('dgrad', 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.0840, 0.1542),  # alexnet conv4
+    ('dgrad', 128, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.0940, 0.0970),  # alexnet conv3, zfnet conv3, nin conv3
+    ('dgrad', 128, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.0604, 0.1109),  # nin cccp3, nin cccp4
+    ('dgrad', 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (0.4599, 0.4347),  # vgg11 conv4_1, vgg16 conv4_1
+    ('dgrad', 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (0.9753, 0.9476),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('dgrad', 128, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.1066, 0.0805),  # nin conv4-1024
+    ('dgrad', 128, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.0892, 0.0975),  # zfnet conv5
+    ('dgrad', 128, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0484, 0.0898),  # nin cccp5, nin cccp6
+    ('dgrad', 128, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.1408, 0.1213),  # zfnet conv4
+    ('dgrad', 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.2301, 0.2050),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1…
+    ('dgrad', 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (0.9159, 0.8034),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('dgrad', 128, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.0399, 0.0518),  # nin cccp8-1024
+    ('dgrad', 128, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.0353, 0.0499),  # nin cccp7-1024
+    ('dgrad', 256, 64, 112, 112, 128, 3, 3, 1, 1, 1): (1.3437, 1.6938),  # vgg11 conv2_1, vgg16 conv2_1
+    ('dgrad', 256, 64, 224, 224, 64, 3, 3, 1, 1, 1): (2.8340, 3.9427),  # vgg16 conv1_2
+    ('dgrad', 256, 128, 56, 56, 256, 3, 3, 1, 1, 1): (1.0419, 1.0753),  # vgg11 conv3_1, vgg16 conv3_1
+    ('dgrad', 256, 128, 112, 112, 128, 3, 3, 1, 1, 1): (2.2613, 2.4554),  # vgg16 conv2_2
+    ('dgrad', 256, 256, 28, 28, 512, 3, 3, 1, 1, 1): (0.9281, 0.8620),  # vgg11 conv4_1, vgg16 conv4_1
+    ('dgrad', 256, 256, 56, 56, 256, 3, 3, 1, 1, 1): (2.0779, 1.8276),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('dgrad', 256, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.4526, 0.3997),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1…
+    ('dgrad', 256, 512, 28, 28, 512, 3, 3, 1, 1, 1): (1.9622, 1.5760),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('dgrad', 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.6365, 1.2550),  # alexnet conv2
+    ('dgrad', 512, 96, 27, 27, 256, 5, 5, 1, 2, 1): (1.2068, 1.0313),  # nin conv2
+    ('dgrad', 512, 96, 54, 54, 256, 5, 5, 2, 2, 1): (4.5024, 1.1813),  # zfnet conv2
+    ('dgrad', 512, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.2385, 0.6255),  # nin cccp1, nin cccp2
+    ('dgrad', 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.1809, 0.4282),  # alexnet conv5
+    ('dgrad', 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.2544, 0.5849),  # alexnet conv4
+    ('dgrad', 512, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.3006, 0.2929),  # alexnet conv3, zfnet conv3, nin conv3
+    ('dgrad', 512, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.1748, 0.3840),  # nin cccp3, nin cccp4
+    ('dgrad', 512, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.2918, 0.2434),  # nin conv4-1024
+    ('dgrad', 512, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.3090, 0.3040),  # zfnet conv5
+    ('dgrad', 512, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0804, 0.1356),  # nin cccp5, nin cccp6
+    ('dgrad', 512, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.5331, 0.4117),  # zfnet conv4
+    ('dgrad', 512, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.1122, 0.1261),  # nin cccp8-1024
+    ('dgrad', 512, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.0996, 0.1195),  # nin cccp7-1024
+    ('fwd', 128, 3, 224, 224, 64, 3, 3, 1, 1, 1): (0.2699, 1.7625),  # vgg11 conv1_1, vgg16 conv1_1
+    ('fwd', 128, 3, 224, 224, 96, 7, 7, 2, 1, 1): (0.2736, 1.7813),  # zfnet conv1
+    ('fwd', 128, 3, 224, 224, 96, 11, 11, 4, 2, 1): (0.1109, 1.0197),  # alexnet conv1, nin conv1
+    ('fwd', 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.1462, 0.3050),  # alexnet conv2
+    ('fwd', 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (0.6495, 0.7755),  # vgg11 conv2_1, vgg16 conv2_1
+    ('fwd', 128, 64, 224, 224, 64, 3, 3, 1, 1, 1): (1.4265, 2.1367),  # vgg16 conv1_2
+    ('fwd', 128, 96, 27, 27, 256, 5, 5, 1, 2, 1): (0.2989, 0.2373),  # nin conv2
+    ('fwd', 128, 96, 54, 54, 256, 5, 5, 2, 2, 1): (0.2818, 0.2767),  # zfnet conv2
+    ('fwd', 128, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.0728, 0.1719),  # nin cccp1, nin cccp2
+    ('fwd', 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (0.5173, 0.5713),  # vgg11 conv3_1, vgg16 conv3_1
+    ('fwd', 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (1.1003, 1.1700),  # vgg16 conv2_2
+    ('fwd', 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.0810, 0.1131),  # alexnet conv5
+    ('fwd', 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.1034, 0.1555),  # alexnet conv4
+    ('fwd', 128, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.0967, 0.0952),  # alexnet conv3, zfnet conv3, nin conv3
+    ('fwd', 128, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.0649, 0.1172),  # nin cccp3, nin cccp4
+    ('fwd', 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (0.5022, 0.4305),  # vgg11 conv4_1, vgg16 conv4_1
+    ('fwd', 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (1.0129, 0.9513),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('fwd', 128, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.1133, 0.0841),  # nin conv4-1024
+    ('fwd', 128, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.1079, 0.0947),  # zfnet conv5
+    ('fwd', 128, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0486, 0.0616),  # nin cccp5, nin cccp6
+    ('fwd', 128, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.1430, 0.1199),  # zfnet conv4
+    ('fwd', 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.2711, 0.2061),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1, …
+    ('fwd', 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (0.9408, 0.7991),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('fwd', 128, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.0494, 0.0687),  # nin cccp8-1024
+    ('fwd', 128, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.0403, 0.0554),  # nin cccp7-1024
+    ('fwd', 256, 3, 224, 224, 64, 3, 3, 1, 1, 1): (0.4981, 3.0742),  # vgg11 conv1_1, vgg16 conv1_1
+    ('fwd', 256, 64, 112, 112, 128, 3, 3, 1, 1, 1): (1.3262, 1.5495),  # vgg11 conv2_1, vgg16 conv2_1
+    ('fwd', 256, 64, 224, 224, 64, 3, 3, 1, 1, 1): (3.0428, 4.1091),  # vgg16 conv1_2
+    ('fwd', 256, 128, 56, 56, 256, 3, 3, 1, 1, 1): (1.0056, 1.1053),  # vgg11 conv3_1, vgg16 conv3_1
+    ('fwd', 256, 128, 112, 112, 128, 3, 3, 1, 1, 1): (2.3444, 2.4779),  # vgg16 conv2_2
+    ('fwd', 256, 256, 28, 28, 512, 3, 3, 1, 1, 1): (1.0303, 0.8415),  # vgg11 conv4_1, vgg16 conv4_1
+    ('fwd', 256, 256, 56, 56, 256, 3, 3, 1, 1, 1): (2.0989, 1.8366),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('fwd', 256, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.4942, 0.3934),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1, …
+    ('fwd', 256, 512, 28, 28, 512, 3, 3, 1, 1, 1): (2.0951, 1.5711),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('fwd', 512, 3, 224, 224, 96, 7, 7, 2, 1, 1): (1.0075, 6.8686),  # zfnet conv1
+    ('fwd', 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (0.3870, 3.9442),  # alexnet conv1, nin conv1
+    ('fwd', 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.4858, 1.1838),  # alexnet conv2
+    ('fwd', 512, 96, 27, 27, 256, 5, 5, 1, 2, 1): (1.0285, 0.8860),  # nin conv2
+    ('fwd', 512, 96, 54, 54, 256, 5, 5, 2, 2, 1): (0.9857, 1.0482),  # zfnet conv2
+    ('fwd', 512, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.2415, 0.6165),  # nin cccp1, nin cccp2
+    ('fwd', 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.1735, 0.3835),  # alexnet conv5
+    ('fwd', 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.2997, 0.5877),  # alexnet conv4
+    ('fwd', 512, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.3159, 0.2971),  # alexnet conv3, zfnet conv3, nin conv3
+    ('fwd', 512, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.1748, 0.3807),  # nin cccp3, nin cccp4
+    ('fwd', 512, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.2798, 0.2175),  # nin conv4-1024
+    ('fwd', 512, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.3577, 0.2914),  # zfnet conv5
+    ('fwd', 512, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0861, 0.1396),  # nin cccp5, nin cccp6
+    ('fwd', 512, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.5202, 0.4137),  # zfnet conv4
+    ('fwd', 512, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.1114, 0.1258),  # nin cccp8-1024
+    ('fwd', 512, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.1003, 0.1233),  # nin cccp7-1024
+    ('wgrad', 128, 3, 224, 224, 64, 3, 3, 1, 1, 1): (0.2609, 1.1668),  # vgg11 conv1_1, vgg16 conv1_1
+    ('wgrad', 128, 3, 224, 224, 96, 7, 7, 2, 1, 1): (0.2041, 1.0359),  # zfnet conv1
+    ('wgrad', 128, 3, 224, 224, 96, 11, 11, 4, 2, 1): (0.1012, 0.5235),  # alexnet conv1, nin conv1
+    ('wgrad', 128, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.1410, 0.3813),  # alexnet conv2
+    ('wgrad', 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (0.5445, 0.8576),  # vgg11 conv2_1, vgg16 conv2_1
+    ('wgrad', 128, 64, 224, 224, 64, 3, 3, 1, 1, 1): (1.5231, 2.0508),  # vgg16 conv1_2
+    ('wgrad', 128, 96, 27, 27, 256, 5, 5, 1, 2, 1): (0.2413, 0.2763),  # nin conv2
+    ('wgrad', 128, 96, 54, 54, 256, 5, 5, 2, 2, 1): (0.2390, 0.3093),  # zfnet conv2
+    ('wgrad', 128, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.0651, 0.1818),  # nin cccp1, nin cccp2
+    ('wgrad', 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (0.4800, 0.5958),  # vgg11 conv3_1, vgg16 conv3_1
+    ('wgrad', 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (1.0554, 1.2199),  # vgg16 conv2_2
+    ('wgrad', 128, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.0659, 0.1620),  # alexnet conv5
+    ('wgrad', 128, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.0894, 0.2215),  # alexnet conv4
+    ('wgrad', 128, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.1036, 0.0988),  # alexnet conv3, zfnet conv3, nin conv3
+    ('wgrad', 128, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.0642, 0.1137),  # nin cccp3, nin cccp4
+    ('wgrad', 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (0.4709, 0.4695),  # vgg11 conv4_1, vgg16 conv4_1
+    ('wgrad', 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (0.9453, 1.0123),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('wgrad', 128, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.0865, 0.0763),  # nin conv4-1024
+    ('wgrad', 128, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.0979, 0.0939),  # zfnet conv5
+    ('wgrad', 128, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0419, 0.0684),  # nin cccp5, nin cccp6
+    ('wgrad', 128, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.1244, 0.1330),  # zfnet conv4
+    ('wgrad', 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.2467, 0.2211),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1…
+    ('wgrad', 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (0.9097, 0.8506),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('wgrad', 128, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.0669, 0.0901),  # nin cccp8-1024
+    ('wgrad', 128, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.0556, 0.0746),  # nin cccp7-1024
+    ('wgrad', 256, 3, 224, 224, 64, 3, 3, 1, 1, 1): (0.4889, 4.8842),  # vgg11 conv1_1, vgg16 conv1_1
+    ('wgrad', 256, 64, 112, 112, 128, 3, 3, 1, 1, 1): (1.1224, 1.5309),  # vgg11 conv2_1, vgg16 conv2_1
+    ('wgrad', 256, 64, 224, 224, 64, 3, 3, 1, 1, 1): (3.1676, 4.1571),  # vgg16 conv1_2
+    ('wgrad', 256, 128, 56, 56, 256, 3, 3, 1, 1, 1): (0.9845, 1.1078),  # vgg11 conv3_1, vgg16 conv3_1
+    ('wgrad', 256, 128, 112, 112, 128, 3, 3, 1, 1, 1): (2.2643, 2.4308),  # vgg16 conv2_2
+    ('wgrad', 256, 256, 28, 28, 512, 3, 3, 1, 1, 1): (0.9245, 0.9278),  # vgg11 conv4_1, vgg16 conv4_1
+    ('wgrad', 256, 256, 56, 56, 256, 3, 3, 1, 1, 1): (1.9619, 1.8050),  # vgg11 conv3_2, vgg16 conv3_2, vgg16 conv3_3
+    ('wgrad', 256, 512, 14, 14, 512, 3, 3, 1, 1, 1): (0.4829, 0.3996),  # vgg11 conv5_1, vgg11 conv5_2, vgg16 conv5_1…
+    ('wgrad', 256, 512, 28, 28, 512, 3, 3, 1, 1, 1): (1.9924, 1.6230),  # vgg11 conv4_2, vgg16 conv4_2, vgg16 conv4_3
+    ('wgrad', 512, 3, 224, 224, 96, 7, 7, 2, 1, 1): (0.7340, 3.7932),  # zfnet conv1
+    ('wgrad', 512, 3, 224, 224, 96, 11, 11, 4, 2, 1): (0.3086, 1.9531),  # alexnet conv1, nin conv1
+    ('wgrad', 512, 48, 27, 27, 128, 5, 5, 1, 2, 2): (0.4377, 1.3008),  # alexnet conv2
+    ('wgrad', 512, 96, 27, 27, 256, 5, 5, 1, 2, 1): (0.9151, 1.0013),  # nin conv2
+    ('wgrad', 512, 96, 54, 54, 256, 5, 5, 2, 2, 1): (0.9177, 1.1975),  # zfnet conv2
+    ('wgrad', 512, 96, 55, 55, 96, 1, 1, 1, 0, 1): (0.1969, 0.6171),  # nin cccp1, nin cccp2
+    ('wgrad', 512, 192, 13, 13, 128, 3, 3, 1, 1, 2): (0.1729, 0.5131),  # alexnet conv5
+    ('wgrad', 512, 192, 13, 13, 192, 3, 3, 1, 1, 2): (0.2661, 0.6919),  # alexnet conv4
+    ('wgrad', 512, 256, 13, 13, 384, 3, 3, 1, 1, 1): (0.2930, 0.3124),  # alexnet conv3, zfnet conv3, nin conv3
+    ('wgrad', 512, 256, 27, 27, 256, 1, 1, 1, 0, 1): (0.1528, 0.3541),  # nin cccp3, nin cccp4
+    ('wgrad', 512, 384, 6, 6, 1024, 3, 3, 1, 1, 1): (0.2678, 0.2454),  # nin conv4-1024
+    ('wgrad', 512, 384, 13, 13, 256, 3, 3, 1, 1, 1): (0.3008, 0.3038),  # zfnet conv5
+    ('wgrad', 512, 384, 13, 13, 384, 1, 1, 1, 0, 1): (0.0709, 0.1398),  # nin cccp5, nin cccp6
+    ('wgrad', 512, 384, 13, 13, 384, 3, 3, 1, 1, 1): (0.4663, 0.4787),  # zfnet conv4
+    ('wgrad', 512, 1024, 6, 6, 1000, 1, 1, 1, 0, 1): (0.1041, 0.1283),  # nin cccp8-1024
+    ('wgrad', 512, 1024, 6, 6, 1024, 1, 1, 1, 0, 1): (0.1054, 0.1180),  # nin cccp7-1024
+}
+
+
+def xla_faster(kernel: str, x_shape, w_shape, stride: int, padding: int, groups: int, dtype_name: str,
+               measured: dict | None = None) -> bool:
+  """Whether XLA's convolution runs `kernel` ('fwd', 'dgrad', 'wgrad') of this layer faster than ours, by the table
+  (`measured`, MEASURED by default) at the nearest batch measured; 16-bit inputs only (the table's)."""
+  if dtype_name not in ("bfloat16", "float16"):
+    return False
+  _, n, *layer = tile_key(kernel, x_shape, w_shape, stride, padding, groups)
+  rows = [(abs(math.log2(k[1] / n)), -k[1], times) for k, times in (measured or MEASURED).items()
+          if k[0] == kernel and list(k[2:]) == layer]
+  if not rows:
+    return False
+  ours, xla = min(rows)[2]
+  return xla < ours * (1 - MARGIN)
