@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from alexnet_jax.data.device_batches import random_batch
 from alexnet_jax.network import model, sharding
 from alexnet_jax.ops.backend import cuda_here
-from alexnet_jax.training import train, workdirs
+from alexnet_jax.training import step_input, train, workdirs
 
 FUNCTIONS = ("inference", "train_step")
 INPUTS = ("uint8", "chwn")
@@ -107,7 +107,7 @@ def inference_fn(setup: train.Setup, params, input_kind: str = "uint8"):
   def logits(images):
     if input_kind == "chwn":
       return apply(params, images, key, False)
-    return forward(params, train.eval_input(setup, images), key, False)
+    return forward(params, step_input.eval_input(setup, images), key, False)
 
   return logits
 

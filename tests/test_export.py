@@ -24,7 +24,7 @@ from PIL import Image
 from alexnet_jax import export
 from alexnet_jax.data import eval_batches, get_dataset, procedural, train_batches
 from alexnet_jax.network import sharding
-from alexnet_jax.training import checkpoints, loop, train
+from alexnet_jax.training import checkpoints, loop, step_input, train
 from alexnet_jax.training import run as run_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,7 +75,7 @@ def run(tmp_path_factory):
 
 def live_logits(setup, state, images):
   forward = jax.jit(train.logits_fn(setup), static_argnums=3)  # one program, not one per operation
-  return forward(state.params, train.eval_input(setup, images), jax.random.key(0), False)
+  return forward(state.params, step_input.eval_input(setup, images), jax.random.key(0), False)
 
 
 def test_script_exports_inference_on_one_device_for_any_batch_that_runs_here_like_the_live_model(run, tmp_path):

@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alexnet_jax.config import KEYS, paper_config, validate
 from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, device_batches, train_batches
-from alexnet_jax.training import evaluation, guard, loop, restore, train
+from alexnet_jax.training import evaluation, guard, loop, restore, step_input, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -178,7 +178,7 @@ def test_model_input_crops_flips_shifts_and_normalises_as_the_numpy_reference(ba
   batch = device_batches.random_batch(6, 96, 10, seed=2, size=110)
   batch["shift"] = np.random.default_rng(3).normal(0, 0.02, (6, 3)).astype(np.float32)
   assert 0 < batch["flip"].sum() < 6 and batch["offset"].max() > 0
-  got = jax.jit(functools.partial(train.model_input, setup))(setup.batch_layout.put(batch))
+  got = jax.jit(functools.partial(step_input.model_input, setup))(setup.batch_layout.put(batch))
   crops = np.stack([augment.crop_flip(x, *offset, flip, 96) for x, offset, flip
                     in zip(batch["image"], batch["offset"], batch["flip"])])
   expected = (crops / 255 + batch["shift"][:, None, None] - [0.4, 0.5, 0.6]) / [0.2, 0.25, 0.3]
@@ -336,7 +336,7 @@ def test_label_smoothing_spreads_the_targets():
   batch = setup.batch_layout.put(first_batch(config, 8))
   key = jax.random.key(1)
   new, _ = jax.jit(functools.partial(train.train_step, setup=setup))(state, batch, key)
-  logits = jax.jit(train.logits_fn(setup), static_argnums=3)(state.params, train.model_input(setup, batch),
+  logits = jax.jit(train.logits_fn(setup), static_argnums=3)(state.params, step_input.model_input(setup, batch),
                                                              jax.random.fold_in(key, 0), True)
   targets = 0.9 * jax.nn.one_hot(batch["label"], 10) + 0.1 / 10
   want = np.asarray(jax.nn.softmax(logits) - targets).mean(0)

@@ -22,6 +22,7 @@ import numpy as np
 
 from alexnet_jax import ops
 from alexnet_jax.measure.kernel_shapes import tower_convs, tower_maps
+from alexnet_jax.network import layers
 from alexnet_jax.network.layers import kind_of
 from alexnet_jax.network.table import Table, alexnet
 
@@ -61,8 +62,7 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
     found.append(Case(f"{name}+relu", kind.op(layer, relu=True), (shape,)))
     pool = following.get(name)
     if pool is not None and pool.kind in kind.fuses:  # as the model runs them: one op (ops.lrn_max_pool)
-      lrn = dict(k=layer.k, n=layer.size, alpha=layer.alpha, beta=layer.beta, alpha_over_n=layer.alpha_over_n,
-                 groups=1, relu=True)
+      lrn = dict(layers.lrn.constants(layer), groups=1, relu=True)
       fused = functools.partial(ops.lrn_max_pool, size=pool.size, stride=pool.stride, **lrn)
       reference = functools.partial(_pool_of_rounded_lrn, lrn=lrn, size=pool.size, stride=pool.stride)
       found.append(Case(f"{name}+relu+{pool.name}", fused, (shape,), reference))

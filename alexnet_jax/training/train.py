@@ -26,9 +26,8 @@ from alexnet_jax.data.statistics import IMAGENET
 from alexnet_jax.network import placement, sharding
 from alexnet_jax.network.model import Network
 from alexnet_jax.network.table import Table
-from alexnet_jax.ops import crops as ops_crops
-from alexnet_jax.ops.backend import dispatch
 from alexnet_jax.training import guard
+from alexnet_jax.training.step_input import eval_input, model_input, placed
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -145,53 +144,6 @@ def placed_init(setup: Setup, init_params, shardings):
   return jax.jit(init, out_shardings=TrainState(step=replicated, params=params, opt_state=opt_state))
 
 
-def _placed(setup: Setup, rows: jax.Array, axes: tuple[str, ...]) -> jax.Array:
-  """Per-image rows where a layer reads them: split over `axes`, replicated over the others. Where the host put
-  them otherwise (config.gather_input), XLA gathers them here over 'model': images while still uint8, the fewest
-  bytes they can be sent in; shifts and labels before anything combines them with the towers' work."""
-  return lax.with_sharding_constraint(rows, NamedSharding(setup.mesh, P(axes)))
-
-
-def model_input(setup: Setup, batch: dict, place: bool = True) -> jax.Array:
-  """A training batch's network input in its compute dtype: each stored image's crop, flipped and shifted as the
-  host drew them, normalised; placed where the network's first layer reads it (`place`: not under pmap, whose
-  devices hold their own rows). The network's backend decides how: XLA (data/device_augment.py), or the input
-  kernel (ops/crops.py), which writes the crops CHWN, as the network reads them, on each device for its rows."""
-  axes = setup.plan.input_axes
-
-  def xla(images, offsets, flips, shifts):
-    crops = device_augment.crop_flip(images, offsets, flips, setup.image_size)
-    # Fused into the write of the network's CHWN input (batch fastest), the crops' gather would read one byte per
-    # 32-byte sector of the NHWC images; cut out first, the crops go through XLA's tiled transpose instead.
-    crops = lax.optimization_barrier(crops)
-    if place:
-      crops, shifts = (_placed(setup, x, axes) for x in (crops, shifts))
-    return device_augment.normalise(crops, shifts, setup.mean, setup.std).astype(setup.net.dtype)
-
-  def kernel(images, offsets, flips, shifts, *, mode):
-    run = functools.partial(ops_crops.crops, size=setup.image_size, mean=setup.mean, std=setup.std,
-                            dtype=setup.net.dtype, mode=mode)
-    fields = images, offsets, flips, shifts
-    manual = sharding.manual_axes(setup.mesh, mode) if place else set()
-    if manual:  # each device its rows: XLA cannot split a kernel's call itself
-      fields = [_placed(setup, x, axes) for x in fields]
-      rows = tuple(a for a in axes if a in manual) or None
-      run = jax.shard_map(run, mesh=setup.mesh, axis_names=manual, in_specs=P(rows),
-                          out_specs=P(None, None, None, rows))
-    # NHWC, as XLA's input: the network's transpose back to CHWN (logits_fn) cancels this one.
-    return jnp.transpose(run(*fields), (3, 1, 2, 0))
-
-  with jax.named_scope("input"):
-    return dispatch(setup.net.backend, xla, kernel, batch["image"], batch["offset"], batch["flip"], batch["shift"])
-
-
-def eval_input(setup: Setup, images: jax.Array) -> jax.Array:
-  """An evaluation batch's network input: the centre crops of the stored uint8 images (N, S, S, 3), normalised."""
-  with jax.named_scope("input"):
-    crops = _placed(setup, device_augment.center_crop(images, setup.image_size), setup.plan.input_axes)
-    return device_augment.normalise(crops, None, setup.mean, setup.std)
-
-
 def logits_fn(setup: Setup):
   """forward(params, NHWC images, key, train) → logits (N, classes): the setup's network on its mesh."""
   apply = sharding.sharded_apply(setup.net, setup.mesh)
@@ -225,7 +177,7 @@ def train_step(state: TrainState, batch: dict, key, *, setup: Setup, forward=Non
   forward = forward or logits_fn(setup)
   key = jax.random.fold_in(key, state.step)
   with jax.named_scope("labels"):
-    labels = batch["label"] if pmap_axis else _placed(setup, batch["label"], setup.plan.output_axes)
+    labels = batch["label"] if pmap_axis else placed(setup, batch["label"], setup.plan.output_axes)
 
   def loss_fn(params):
     logits = forward(params, model_input(setup, batch, place=not pmap_axis), key, True)
@@ -285,7 +237,7 @@ def class_log_probs(setup: Setup, params, images: jax.Array, crops: int = 1) -> 
     raise ValueError(f"crops must be 1 (centre), 5 (corners and centre) or 10 (and their mirrors), got {crops}")
   n, s = images.shape[0], setup.image_size
   with jax.named_scope("input"):
-    tens = _placed(setup, device_augment.ten_crops(images, s)[:, :crops], setup.plan.input_axes)
+    tens = placed(setup, device_augment.ten_crops(images, s)[:, :crops], setup.plan.input_axes)
     tens = device_augment.normalise(tens, None, setup.mean, setup.std).reshape(n * crops, s, s, 3)
   probs = jax.nn.softmax(forward(params, tens, key, False).astype(jnp.float32)).reshape(n, crops, -1).mean(1)
   return jnp.log(probs + 1e-30)  # finite where a mean is 0
@@ -295,7 +247,7 @@ def eval_step(state: TrainState, batch: dict, *, setup: Setup, crops: int = 1):
   """Metrics of one evaluation batch of stored images (N, S, S, 3) on `crops` (class_log_probs); 5 or 10 crops are
   scored by their mean softmax, the loss then the cross-entropy of that mean."""
   with jax.named_scope("labels"):
-    labels, mask = (_placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))
+    labels, mask = (placed(setup, batch[k], setup.plan.output_axes) for k in ("label", "mask"))
   return metrics_of(class_log_probs(setup, state.params, batch["image"], crops), labels, mask)
 
 

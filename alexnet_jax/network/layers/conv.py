@@ -6,17 +6,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax import ops
-from alexnet_jax.network.layers.kind import Kind, register_kind
-from triton_kernels.launch import out_size
+from alexnet_jax.network.layers.kind import Kind, register_kind, windowed
 
 
 def output_shape(layer, shape):
-  _, h, w, n = shape
-  if min(h, w) + 2 * layer.padding < layer.size:
-    raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} filters do not fit the {h}×{w} map that "
-                     "reaches it")
-  return (layer.filters, out_size(h, layer.size, layer.stride, layer.padding),
-          out_size(w, layer.size, layer.stride, layer.padding), n)
+  return layer.filters, *windowed(layer, shape, "filters do"), shape[-1]
 
 
 def run(net, step, x, train):

@@ -11,11 +11,23 @@ layer after it, and a layer and the next as one op.
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from triton_kernels.launch import out_size
+
 _KINDS: dict[str, "Kind"] = {}
 
 
 def _no_check(layer) -> None:
   del layer
+
+
+def windowed(layer, shape, what: str) -> tuple[int, int]:
+  """(OH, OW) of a layer that slides size×size filters or a window over the map `shape` (C, H, W, N); one clear
+  error where they do not fit, `what` naming them with their verb ('filters do', 'window does')."""
+  _, h, w, _ = shape
+  if min(h, w) + 2 * layer.padding < layer.size:
+    raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} {what} not fit the {h}×{w} map that "
+                     "reaches it")
+  return out_size(h, layer.size, layer.stride, layer.padding), out_size(w, layer.size, layer.stride, layer.padding)
 
 
 def _same_shape(layer, shape):

@@ -8,17 +8,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from alexnet_jax import ops
-from alexnet_jax.network.layers.kind import Kind, register_kind
-from triton_kernels.launch import out_size
+from alexnet_jax.network.layers.kind import Kind, register_kind, windowed
 
 
 def windowed_shape(layer, shape):
-  c, h, w, n = shape
-  if min(h, w) + 2 * layer.padding < layer.size:
-    raise ValueError(f"layer {layer.name}'s {layer.size}×{layer.size} window does not fit the {h}×{w} map that "
-                     "reaches it")
-  return (c, out_size(h, layer.size, layer.stride, layer.padding), out_size(w, layer.size, layer.stride, layer.padding),
-          n)
+  return shape[0], *windowed(layer, shape, "window does"), shape[-1]
 
 
 def _window(layer, padding=True):
