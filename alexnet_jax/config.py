@@ -16,7 +16,8 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 DECODERS = ("auto", "cpu", "gpu")
-CACHES = ("none", "device", "sharded", "host")  # where decoded training images are kept between epochs (data/cache.py)
+CACHES = ("none", "device", "sharded", "host", "tiered")  # where decoded training images are kept (data/cache.py)
+DEVICE_CACHES = ("device", "sharded", "tiered")  # those that keep images in device memory, sized by cache_bytes
 GPU_BACKENDS = ("all", "hardware")  # nvImageCodec's backends for decoder 'gpu' (data/nvdecode.py)
 PARALLEL_APIS = ("shard_map", "pmap")
 SCHEDULES = ("steps", "cosine")
@@ -183,9 +184,12 @@ KEYS = {
                          "device memory and read there in later epochs; 'sharded': the same, the devices that split "
                          "the batch's rows each holding a block of the images (as many times more in all), the "
                          "batch's cached rows exchanged between them each step; 'host': kept in the host's memory "
-                         "and copied with each batch; 'none': decoded every epoch"),
-    "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with a cache: the bytes it may take on each device, or "
-                               "in each process with 'host' (0: what the step leaves free; 3/4 of the host's)"),
+                         "and copied with each batch; 'tiered': the first images as 'sharded', the next as 'host', "
+                         "the rest decoded every epoch; 'none': decoded every epoch"),
+    "dataset.cache_bytes": Key(0, Range(int, 0, 2**60), "with cache 'device', 'sharded' or 'tiered': the bytes the "
+                               "images may take on each device (0: what the step leaves free)"),
+    "dataset.host_cache_bytes": Key(0, Range(int, 0, 2**60), "with cache 'host' or 'tiered': the bytes the images "
+                                    "may take in each process (0: 3/4 of the host's available memory)"),
     "dataset.fast_decode": Key(False, BOOL, "libjpeg-turbo's fast DCT and upsampling (pixels off by ≤ 45)"),
     "batch_size": Key(128, COUNT, "the global training batch"),
     "eval_batch_size": Key(128, COUNT, "the global evaluation batch"),
@@ -252,7 +256,7 @@ def apply_process_settings(config: ml_collections.ConfigDict) -> None:
     jax.config.update("jax_num_cpu_devices", config.cpu_devices)
   if config.cpu_devices > 1:
     os.environ.setdefault("NPROC", str(cpu_threads(config.cpu_devices)))
-  if config.dataset.cache in ("device", "sharded") and not config.dataset.cache_bytes:
+  if config.dataset.cache in DEVICE_CACHES and not config.dataset.cache_bytes:
     # The cache takes what JAX's memory pool leaves beside the step, and the pool is 75 % of a GPU by default.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", str(CACHE_MEMORY_FRACTION))
 
@@ -287,11 +291,19 @@ def validate(config: ml_collections.ConfigDict, table=None) -> ml_collections.Co
     raise ValueError(f"config.mesh.model={model} must divide config.towers={config.towers}")
   if data != -1 and (config.batch_size % data or config.eval_batch_size % data):
     raise ValueError(f"config.batch_size and eval_batch_size must be divisible by config.mesh.data={data}")
-  if config.dataset.cache != "none" and config.dataset.decoder == "gpu":
-    raise ValueError(f"config.dataset.cache={config.dataset.cache!r} keeps images the host decoded: it needs "
-                     "config.dataset.decoder 'cpu' or 'auto', got 'gpu'")
+  _check_cache(config.dataset)
   _check_image_size(config, table)
   return config
+
+
+def _check_cache(dataset) -> None:
+  """One line for a cache that cannot keep what the run decodes, or a size given to a cache it does not size."""
+  if dataset.cache != "none" and dataset.decoder == "gpu":
+    raise ValueError(f"config.dataset.cache={dataset.cache!r} keeps images the host decoded: it needs "
+                     "config.dataset.decoder 'cpu' or 'auto', got 'gpu'")
+  if dataset.cache == "host" and dataset.cache_bytes:  # once the host cache's size: it would be ignored silently
+    raise ValueError("config.dataset.cache_bytes sizes the devices' caches: size cache 'host' with "
+                     "config.dataset.host_cache_bytes")
 
 
 def network_table(config, num_classes: int):

@@ -1,9 +1,8 @@
-"""The caches of decoded images (data/cache.py), on the devices and in the host's memory: the batches they assemble
-are the decoded ones, image for image and label for label, from a fresh start and a resume, whether a batch's rows
-lie on every device or are split over them; the host decodes only what the cache does not hold; a run trains the
-same with either."""
+"""The caches of decoded images (data/cache.py), on the devices, in the host's memory and in both (tiered): the
+batches they assemble are the decoded ones, image for image and label for label, from a fresh start and a resume,
+whether a batch's rows lie on every device or are split over them; the host decodes only what the cache does not
+hold; each tier is sized by its own key; a run trains the same with any."""
 
-import functools
 import io
 
 import jax
@@ -14,6 +13,7 @@ from test_reliability import tiny_config
 
 from alexnet_jax.config import paper_config, validate
 from alexnet_jax.data import DataError, cache, procedural, train_batches
+from alexnet_jax.data.input import cache_schedule
 from alexnet_jax.data.pipeline import make_dataset
 from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network import sharding
@@ -55,20 +55,33 @@ MESHES = {"rows on both devices": (2, 1, ("data",)), "rows split over 'data'": (
           "rows split over 'model'": (2, 1, ("data", "model"))}
 
 
-PUTS = {"device": cache.CachedPut, "sharded": functools.partial(cache.CachedPut, sharded=True),
-        "host": cache.HostCachedPut}
+KINDS = ("device", "sharded", "host", "tiered")
+ON_DEVICES = 6  # 'tiered': slots 0…5 on the devices, 6…12 in the host's memory, the other 7 images decoded
 
 
-@pytest.mark.parametrize("where", PUTS.values(), ids=PUTS.keys())
+def schedule(kind: str, blocks: int, start: int) -> cache.Schedule:
+  return cache.Schedule(SLOTS, N, BATCH, blocks, start, device_slots=ON_DEVICES if kind == "tiered" else 0)
+
+
+def held(put) -> tuple[np.ndarray, np.ndarray]:
+  """The images and labels of the SLOTS slots, from whichever tiers hold them."""
+  tiers = [put.devices, put] if isinstance(put, cache.TieredCachedPut) else [put]
+  images = np.concatenate([np.asarray(t.images)[:t.rule.slots - t.rule.device_slots] for t in tiers])
+  labels = np.concatenate([np.asarray(t.labels)[:t.rule.slots - t.rule.device_slots] for t in tiers])
+  return images, labels
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())
 @pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
-def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
+def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, kind):
   model, data, axes = mesh
   rows = BatchLayout(sharding.make_mesh(model, data), axes)
-  rule = cache.Schedule(SLOTS, N, BATCH, rows.blocks, start)
+  rule = schedule(kind, rows.blocks, start)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
-  put = where(rows, SIZE, 16, rule)
+  put = cache.cached_put(kind, rows, SIZE, 16, rule)
+  assert type(put) is {"host": cache.HostCachedPut, "tiered": cache.TieredCachedPut}.get(kind, cache.CachedPut)
   read_from_cache = 0
   for step in range(start, start + 14):  # 112 rows: the fill, then more than three epochs
     host, skipped = cached[step]
@@ -78,20 +91,58 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, where):
     for k in want:
       np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{k} of step {step}")
     decoded = host["decoded"] >= 0
-    held = (host["index"] < SLOTS) & (step * BATCH + np.arange(BATCH) >= rule.fill_end)
-    np.testing.assert_array_equal(decoded, ~held)  # the host decodes exactly what the cache does not give
+    held_rows = (host["index"] < SLOTS) & (step * BATCH + np.arange(BATCH) >= rule.fill_end)
+    np.testing.assert_array_equal(decoded, ~held_rows)  # the host decodes exactly what the cache does not give
     assert skipped == (want_skipped if decoded.all() else int(5 in host["index"][decoded]))
-    read_from_cache += int(held.sum())
+    read_from_cache += int(held_rows.sum())
   assert read_from_cache > 3 * BATCH
-  if where is PUTS["sharded"]:  # each device holds its row block's share of the slots, and only that
-    shares = {s.data.shape[0] for s in put.images.addressable_shards}
-    assert shares == {-(-SLOTS // rows.blocks)}, shares
-  images = np.asarray(put.images)
+  on_devices = {"sharded": SLOTS, "tiered": ON_DEVICES}.get(kind)
+  if on_devices:  # each device holds its row block's share of the device's slots, and only that
+    shares = {s.data.shape[0] for s in (put.devices if kind == "tiered" else put).images.addressable_shards}
+    assert shares == {-(-on_devices // rows.blocks)}, shares
+  images, labels = held(put)
   substitute = {5: 6}  # the unreadable example's rows hold the next one's image and label
   for i in range(SLOTS):
     image, label, _ = dataset.train.rows([substitute.get(i, i)])
     np.testing.assert_array_equal(images[i], image[0])
-    assert np.asarray(put.labels)[i] == label[0]
+    assert labels[i] == label[0]
+
+
+class Counted(Jpegs):
+  """Jpegs that note every example read: each is read to be decoded."""
+
+  def __init__(self):
+    super().__init__()
+    self.read = []  # appended from the decoding threads: list.append holds the interpreter's lock
+
+  def __getitem__(self, i):
+    self.read.append(i)
+    return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
+def test_after_the_fill_no_image_of_either_tier_is_decoded(start):
+  source, config = Counted(), paper_config()
+  config.image_size = 16
+  config.dataset.update(dict(name="store", resize=SIZE, threads=2))
+  counted = make_dataset(config, source, source, ("a", "b", "c"))
+  rows = BatchLayout(sharding.make_mesh(1, 2), ("data",))
+  rule = schedule("tiered", rows.blocks, start)
+  batches = train_batches(counted, BATCH, rows=rows.process_rows(BATCH), cached=rule)  # what a worker builds
+  put = cache.cached_put("tiered", rows, SIZE, 16, rule)
+  plain = train_batches(counted, BATCH)
+  tiers = {"devices": 0, "host": 0}
+  for step in range(start, start + 14):
+    source.read.clear()
+    host, _ = batches[step]
+    read = sorted(source.read)
+    if step * BATCH >= rule.fill_end:  # wholly after the fill: only the images without a slot are read
+      assert read == sorted(i for i in host["index"].tolist() if i >= SLOTS), (step, read)
+      tiers["devices"] += int((host["index"] < ON_DEVICES).sum())
+      tiers["host"] += int(((host["index"] >= ON_DEVICES) & (host["index"] < SLOTS)).sum())
+    got, _ = put.put(host)()
+    np.testing.assert_array_equal(np.asarray(got["image"]), plain[step][0]["image"])  # and still the batch
+  assert min(tiers.values()) > BATCH  # both tiers read, each more than a batch's worth of rows
 
 
 def test_rule_fills_from_the_start_through_the_first_whole_epoch():
@@ -118,18 +169,42 @@ def test_the_host_cache_holds_what_its_bytes_or_the_host_s_memory_allow():
   assert cache.host_slots(0, 320, 32) == 320  # 320 KB of images: far below 3/4 of any host's available memory
 
 
+def never():
+  raise AssertionError("the device tier's bytes were given: the step's memory is not asked")
+
+
+@pytest.mark.parametrize("host_bytes, in_host", [(5, 5), (100, 14), (0, 14)], ids=["5 images", "more than the rest",
+                                                                                  "the host's memory"])
+def test_the_tiered_cache_sizes_its_device_tier_from_cache_bytes_and_its_host_tier_from_host_cache_bytes(
+    dataset, capsys, host_bytes, in_host):
+  config = paper_config()
+  config.batch_size = BATCH
+  config.dataset.update(dict(cache="tiered", cache_bytes=3 * cache.image_bytes(SIZE),
+                             host_cache_bytes=host_bytes * cache.image_bytes(SIZE)))
+  rows = BatchLayout(sharding.make_mesh(1, 2), ("data",))  # two row blocks: 3 images on each, 6 on the devices
+  rule = cache_schedule(config, dataset, rows, 100, 0, step_memory=never)
+  assert (rule.device_slots, rule.slots, rule.tiered) == (6, 6 + in_host, True)  # the host tier: at most the rest
+  said = capsys.readouterr().out
+  assert said.startswith(f"cache: {6 + in_host} of 20 training images: 6 over 2 devices' memory (a block on each) "
+                         f"(0.0 GiB), {in_host} in this process's memory (0.0 GiB), {14 - in_host} decoded every "
+                         "epoch; read there from step 2"), said
+  config.dataset.update(dict(cache="host", cache_bytes=0))  # the host cache: from the same key
+  assert cache_schedule(config, dataset, rows, 100, 0, step_memory=never).slots == (min(20, host_bytes) or 20)
+
+
 def test_a_run_trains_the_same_with_half_the_images_cached(tmp_path, capsys):
   config = tiny_config(num_epochs=2.0)  # 10 steps an epoch: the fill, then an epoch that reads half from the cache
   plain = loop.train_and_evaluate(config, str(tmp_path / "plain"))
   half = 160 * cache.image_bytes(config.image_size)
-  for where, said in (("device", "on each device"), ("host", "in this process's memory")):
-    config.dataset.update(dict(cache=where, cache_bytes=half))
+  for where, size, said in (("device", dict(cache_bytes=half), "on each device"),
+                            ("host", dict(cache_bytes=0, host_cache_bytes=half), "in this process's memory")):
+    config.dataset.update(dict(cache=where, **size))
     cached = loop.train_and_evaluate(config, str(tmp_path / where))
     assert f"cache: 160 of 320 training images {said}" in capsys.readouterr().out
     assert cached == plain, where
 
 
-def test_a_run_trains_the_same_with_the_cache_sharded_over_the_data_axis(tmp_path, capsys):
+def test_a_run_trains_the_same_with_the_cache_sharded_or_tiered_over_the_data_axis(tmp_path, capsys):
   config = tiny_config(num_epochs=2.0)
   config.mesh.update(dict(model=1, data=2))  # the batch's rows split over two devices: a block of the cache on each
   plain = loop.train_and_evaluate(config, str(tmp_path / "plain"))
@@ -138,6 +213,12 @@ def test_a_run_trains_the_same_with_the_cache_sharded_over_the_data_axis(tmp_pat
   sharded = loop.train_and_evaluate(config, str(tmp_path / "sharded"))
   assert "cache: 160 of 320 training images over 2 devices' memory (a block on each)" in capsys.readouterr().out
   assert sharded == plain
+  # A quarter of the images on the devices, another quarter in this process's memory, half decoded every epoch.
+  config.dataset.update(dict(cache="tiered", cache_bytes=quarter // 2, host_cache_bytes=quarter))
+  tiered = loop.train_and_evaluate(config, str(tmp_path / "tiered"))
+  assert ("cache: 160 of 320 training images: 80 over 2 devices' memory (a block on each) (0.0 GiB), 80 in this "
+          "process's memory (0.0 GiB), 160 decoded every epoch; read there from step 10") in capsys.readouterr().out
+  assert tiered == plain
 
 
 def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
@@ -145,11 +226,14 @@ def test_a_cache_that_cannot_be_sized_or_kept_is_refused_in_one_line():
   config.dataset.update(dict(cache="device", decoder="gpu"))
   with pytest.raises(ValueError, match="cache='device' keeps images the host decoded"):
     validate(config)
-  config.dataset.cache = "host"
-  with pytest.raises(ValueError, match="cache='host' keeps images the host decoded"):
+  for kind in ("host", "tiered"):
+    config.dataset.cache = kind
+    with pytest.raises(ValueError, match=f"cache='{kind}' keeps images the host decoded"):
+      validate(config)
+  config.dataset.update(dict(cache="host", decoder="cpu", cache_bytes=1 << 30))  # once the host cache's size
+  with pytest.raises(ValueError, match="size cache 'host' with config.dataset.host_cache_bytes"):
     validate(config)
-  config.dataset.cache = "device"
-  config.dataset.decoder = "cpu"
+  config.dataset.update(dict(cache="device", cache_bytes=0))
   with pytest.raises(DataError, match="do not report their memory: set config.dataset.cache_bytes"):
     cache.slots(config.dataset.cache_bytes, 320, 32, sharding.make_mesh(2, 1), 0)
   assert jax.devices()[0].memory_stats() is None  # why the CPU devices need cache_bytes
@@ -162,6 +246,15 @@ def test_a_cached_batch_with_crops_outside_the_images_is_refused(dataset):
   host["offset"] = host["offset"] + SIZE  # XLA would clamp such a crop silently
   with pytest.raises(ValueError, match="crop offsets must lie in"):
     cache.CachedPut(rows, SIZE, 16, rule).put(host)
+
+
+def test_a_tiered_batch_that_sends_more_rows_than_it_says_is_refused(dataset):
+  rows = BatchLayout(sharding.make_mesh(2, 1), ("data",))
+  rule = schedule("tiered", 1, 0)
+  host, _ = train_batches(dataset, BATCH, cached=rule)[0]  # the fill: every row decoded and sent
+  host["sent"] = np.int32(BATCH // 2)  # a process that counted only its own rows would say so
+  with pytest.raises(ValueError, match=f"send up to {BATCH} rows, more than its 'sent' {BATCH // 2}"):
+    cache.cached_put("tiered", rows, SIZE, 16, rule).put(host)
 
 
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())

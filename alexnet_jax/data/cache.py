@@ -1,23 +1,29 @@
-"""Decoded training images kept in device memory (config.dataset.cache 'device' or 'sharded') or in the host's
-('host'), so that an image is decoded once per run instead of once per epoch. docs/data.md describes the three.
+"""Decoded training images kept in device memory (config.dataset.cache 'device' or 'sharded'), in the host's ('host'),
+or in both ('tiered'), so that an image is decoded once per run instead of once per epoch. docs/data.md describes them.
 
-Which and when (`Schedule`): the first `slots` images of the training split, each in slot = its index. A run (re)starts
-with an empty cache and decodes every image up to the end of the first whole epoch after its start (`fill_end`),
-writing the cacheable ones as they pass; from there on a row whose image has a slot comes from the cache. Both are
-pure functions of (seed, step, start): a batch is the same images and labels with or without the cache, and a
-resumed run refills it. A host batch under the cache (Dataset.cached_train_batch) carries 'image' (B·K, S, S, 3),
-each of its B row blocks' decoded rows first in a block of K; 'decoded' (N,) int32, a row's position in its block's
-K or −1 where it comes from the cache; 'index' (N,) int32, the slots; 'label' (N,) int32, −1 for the cached rows.
-CachedPut assembles the contract's batch on the devices and writes the decoded rows into the cache, which every
-device holds whole (all copies kept equal) or, sharded, a block of the slots each, one reduce-scatter handing each
-device its rows. HostCachedPut assembles the batch in this process's memory and places it from several threads.
+Which and when (`Schedule`): the first `slots` images of the training split, each in slot = its index; under
+'tiered' the slots below `device_slots` on the devices and the others in this process's memory. A run (re)starts with
+an empty cache and decodes every image up to the end of the first whole epoch after its start (`fill_end`), writing
+the cacheable ones as they pass; from there on a row whose image has a slot comes from the cache. Both are pure
+functions of (seed, step, start): a batch is the same images and labels with or without the cache, and a resumed run
+refills it. A host batch under the cache (Dataset.cached_train_batch) carries 'image' (B·K, S, S, 3), each of its B
+row blocks' decoded rows first in a block of K; 'decoded' (N,) int32, a row's position in its block's K or −1 where
+it comes from the cache; 'index' (N,) int32, the slots; 'label' (N,) int32, −1 for the cached rows; under 'tiered'
+also 'sent' () int32, K′: the rows each block sends the devices (its decoded and host-tier rows, padded as K is),
+from the global batch so that every process sends as many. CachedPut assembles the contract's batch on the devices
+and writes the decoded rows into the cache, which every device holds whole (all copies kept equal) or, sharded, a
+block of the slots each, one reduce-scatter handing each device its rows. HostCachedPut assembles the batch in this
+process's memory and places it; TieredCachedPut assembles there the rows the devices do not hold, places them as
+HostCachedPut does and has the devices complete the batch as CachedPut does.
 """
 
 import collections
 import concurrent.futures
 import dataclasses
 import math
+import mmap
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +57,12 @@ class Schedule:
   batch_size: int
   blocks: int  # the row blocks of a batch: its shards over the mesh's row axes
   start: int  # the step the run (re)started at, with an empty cache
+  device_slots: int = 0  # 'tiered': the slots below it lie on the devices, the others in this process's memory
+
+  @property
+  def tiered(self) -> bool:
+    """Whether each tier holds some of the slots ('tiered' that neither the devices nor the host take whole)."""
+    return 0 < self.device_slots < self.slots
 
   @property
   def fill_end(self) -> int:
@@ -85,6 +97,14 @@ def layout(rule: Schedule, step: int, indices: np.ndarray, rows: slice) -> tuple
   return places[rows], k
 
 
+def sent_per_block(rule: Schedule, step: int, indices: np.ndarray) -> np.ndarray:
+  """'sent' of step's host batch under a tiered rule (examples `indices`, the global batch's): K′, the rows the
+  global batch's busiest block sends the devices, all but those the device tier holds, padded as K is."""
+  from_devices = rule.cached(step, indices) & (np.asarray(indices) < rule.device_slots)
+  sent = (~from_devices).reshape(rule.blocks, -1).sum(1).max()
+  return np.int32(rule.padded(int(sent)))
+
+
 class CachedPut(HostPut):
   """put(host batch under the cache) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
@@ -104,62 +124,93 @@ class CachedPut(HostPut):
     _decoded_per_block(batch, self.rule)
     check_batch(batch, self.size, self.image_size)
     on_device = self.rows.put(batch)
+    images, labels = self.assemble(on_device)
+    return lambda: (dict(image=images, **on_device, label=labels), 0)
+
+  def assemble(self, on_device: dict) -> tuple:
+    """(the batch's images, its labels) from the placed 'image', 'decoded', 'index' and 'label' (taken out of
+    `on_device`) and the cache, which takes the decoded rows with slots first where the step writes."""
     self.images, self.labels, images, labels = self._assemble[self.rule.writes(self.step)](
         self.images, self.labels, *(on_device.pop(key) for key in ("image", "decoded", "index", "label")))
     self.step += 1
-    return lambda: (dict(image=images, **on_device, label=labels), 0)
+    return images, labels
 
 
 class HostCachedPut(HostPut):
   """put(host batch under the cache) → finish, as CachedPut, with the cache in this process's memory: the batch's
   decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batch placed
-  as a decoded one. Batches must come in order from rule.start."""
+  as a decoded one. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
+  rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut)."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size)
-    self.rule, self.step = rule, rule.start
+    self.rule, self.step, self.first = rule, rule.start, rule.device_slots
     # Pages are taken as images are written: a cache the run never fills costs nothing.
-    self.images = np.empty((rule.slots, size, size, 3), np.uint8)
-    self.labels = np.zeros((rule.slots,), np.int32)
+    self.images = np.empty((rule.slots - self.first, size, size, 3), np.uint8)
+    self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
-    # The batches' pixels are assembled in buffers used again and again: fresh memory for each would be paged in (and
-    # zeroed) every step, which costs more than the copy. A buffer is used again once its batch is on the devices;
-    # not at all on CPU devices, whose arrays may be the host buffer itself (XLA:CPU takes aligned memory as it is).
-    self._buffers = collections.deque()  # (host images, the device images placed from them), oldest first
-    self._reuse = rows.mesh.devices.flat[0].platform != "cpu"
+    self._draws = concurrent.futures.ThreadPoolExecutor(1)
+    self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a batch's image chunks
+    self.seconds = dict(copy=0.0, place=0.0, draws=0.0)  # copying rows here; putting the pixels, the rest
 
   def put(self, batch: dict):
     k = _decoded_per_block(batch, self.rule)
-    places, indices = batch["decoded"], batch["index"]
-    hit = places < 0
-    decoded, cached = np.flatnonzero(~hit), np.flatnonzero(hit)
+    check_batch(batch, self.size, self.image_size)
     per_block = self.rule.batch_size // self.rule.blocks
-    host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
-    if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
-      into = indices[decoded] < self.rule.slots
-      self._copy_rows([(self.images, indices[decoded][into], batch["image"], host_rows[into])])
-      self.labels[indices[decoded][into]] = batch["label"][decoded][into]
-    chunks = math.gcd(per_block, COPY_THREADS)
-    order = _chunk_major(len(places), per_block, chunks)  # each row's place in the buffer
-    images, labels = self._buffer(len(places)), batch["label"].copy()
-    self._copy_rows([(images, order[decoded], batch["image"], host_rows),
-                     (images, order[cached], self.images, indices[cached])])
-    labels[cached] = self.labels[indices[cached]]
-    assembled = dict(batch, image=images, label=labels)
-    del assembled["decoded"], assembled["index"]
-    check_batch(assembled, self.size, self.image_size)
+    draws = {key: batch[key] for key in ("offset", "flip", "shift")}
+    images, on_device, chunks = self._gathered(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
     self.step += 1
-    on_device = self.rows.put({key: v for key, v in assembled.items() if key != "image"})
-    on_device["image"] = self._place(images, chunks)
-    if self._reuse:
-      self._buffers.append((images, on_device["image"]))
-    return lambda: ({key: on_device[key] for key in assembled}, 0)
+    images = self._placed(images, chunks)
+    return lambda: (dict(image=images, **on_device), 0)
+
+  def _gathered(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> tuple[np.ndarray, dict, int]:
+    """(buffer, arrays on the mesh, chunks): the rows that `sent` gives a place among their block's `width` (−1:
+    not sent) copied into a buffer of `width` rows a block, held chunk-major in `chunks` parts (_chunk_major), the
+    decoded ones from the batch and the cached ones from this cache; `draws` and the batch's labels, this cache's
+    filled in, placed on the mesh while the rows are copied. First, where the step writes, the decoded rows with
+    slots here go into the cache."""
+    places, indices = batch["decoded"], batch["index"]
+    per_block = self.rule.batch_size // self.rule.blocks
+    decoded = np.flatnonzero(places >= 0)
+    host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
+    slot = indices - self.first  # in this cache
+    if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
+      into = (slot[decoded] >= 0) & (indices[decoded] < self.rule.slots)
+      self._copy_rows([(self.images, slot[decoded][into], batch["image"], host_rows[into])])
+      self.labels[slot[decoded][into]] = batch["label"][decoded][into]
+    here = np.flatnonzero((places < 0) & (sent >= 0))  # the cached rows that this cache gives
+    n = len(places) // per_block * width
+    images, labels = self._buffers.take(n, len(places)), batch["label"].copy()
+    chunks = 1 if self._buffers.mapped else math.gcd(width, COPY_THREADS)
+    order = _chunk_major(n, width, chunks)  # each sent row's place in the buffer, by its place in the blocks
+    at = order[np.arange(len(places)) // per_block * width + np.maximum(sent, 0)]
+    labels[here] = self.labels[slot[here]]
+    # The small arrays' puts beside the copy, which lets go of the GIL.
+    placing = self._draws.submit(self._put_draws, dict(draws, label=labels))
+    self._copy_rows([(images, at[decoded], batch["image"], host_rows), (images, at[here], self.images, slot[here])])
+    return images, placing.result(), chunks
+
+  def _placed(self, images: np.ndarray, chunks: int):
+    """The buffer's images on the mesh (_place); the buffer used again once they are."""
+    start = time.perf_counter()
+    placed = self._place(images, chunks)
+    self._buffers.placed(placed)
+    self.seconds["place"] += time.perf_counter() - start
+    return placed
+
+  def _put_draws(self, batch: dict) -> dict:
+    """The batch's arrays but its pixels on the mesh."""
+    start = time.perf_counter()
+    on_device = self.rows.put(batch)
+    self.seconds["draws"] += time.perf_counter() - start
+    return on_device
 
   def _place(self, images: np.ndarray, chunks: int):
     """The batch's images on the mesh from their `chunks` parts (the buffer holds them chunk-major), each put by a
     copy thread, all at once, then joined on the devices: threads put pageable memory on a GPU several times
-    faster together than one alone (docs/BENCHMARKS.md)."""
+    faster together than one alone (docs/BENCHMARKS.md). A buffer mapped for DMA goes whole: one copy, which the
+    devices make while the host goes on."""
     sharding = self.rows.sharding(4)
     if chunks == 1:
       return jax.make_array_from_process_local_data(sharding, images)
@@ -169,14 +220,6 @@ class HostCachedPut(HostPut):
       self._join[chunks] = _joined(self.rows)
     return self._join[chunks](*(put.result() for put in puts))
 
-  def _buffer(self, n: int) -> np.ndarray:
-    if len(self._buffers) == BUFFERS:
-      images, placed = self._buffers.popleft()
-      jax.block_until_ready(placed)  # copied from the buffer long ago: this rarely waits
-      if len(images) == n:
-        return images
-    return np.empty((n, *self.images.shape[1:]), np.uint8)
-
   def _copy_rows(self, copies: list[tuple]) -> None:
     """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies`, row by row over COPY_THREADS threads:
     numpy lets go of the GIL while it copies a row (196 KB at 256×256), and a row's copy reads and writes once, where
@@ -185,13 +228,107 @@ class HostCachedPut(HostPut):
       for d, s in zip(dst_rows.tolist(), src_rows.tolist()):
         dst[d] = src[s]
 
+    start = time.perf_counter()
     parts = [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
              for d, s in zip(np.array_split(dst_rows, COPY_THREADS), np.array_split(src_rows, COPY_THREADS)) if len(d)]
     for future in [self._threads.submit(copy, *part) for part in parts]:
       future.result()
+    self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
     self._threads.shutdown()
+    self._draws.shutdown()
+    self._buffers.close()
+
+
+class _Buffers:
+  """The host buffers that batches cross to the devices from, each used again once the batch placed from it is on
+  the devices: fresh memory for each batch would be paged in (and zeroed) every step, which costs more than the copy.
+  Where the devices can read host memory directly (a GPU's DMA: client.dma_map), BUFFERS of a whole batch's rows are
+  mapped once and a put from one is a single copy that the devices make after the put returns, without the staging
+  copy through pinned memory that a put from pageable memory takes, and which held the feed's thread for most of a
+  step (docs/BENCHMARKS.md). CPU devices use none again: their arrays may be the host buffer itself (XLA:CPU takes
+  aligned memory as it is)."""
+
+  def __init__(self, device, row: tuple):
+    self.device, self.row = device, row
+    self.reuse = device.platform != "cpu"
+    self.mapped = None  # the mapped buffers (None: not yet tried; []: this client cannot map)
+    self._held = collections.deque()  # (buffer, the device array placed from it), oldest first
+    self._taken = None
+
+  def take(self, n: int, most: int) -> np.ndarray:
+    """A buffer of n rows; `most`: the most any batch sends (this process's rows of a batch), which a mapped buffer
+    holds."""
+    if self.mapped is None and self.reuse:
+      self.mapped = self._map(most)
+    buffer = None
+    if len(self._held) == BUFFERS:
+      buffer, placed = self._held.popleft()
+      jax.block_until_ready(placed)  # copied from the buffer long ago: this rarely waits
+    if buffer is None or len(buffer) < n or (not self.mapped and len(buffer) != n):
+      buffer = self.mapped[len(self._held)] if self.mapped else np.empty((n, *self.row), np.uint8)
+    self._taken = buffer
+    return buffer[:n]
+
+  def placed(self, array) -> None:
+    """The device array put from the buffer last taken."""
+    if self.reuse:
+      self._held.append((self._taken, array))
+
+  def _map(self, rows: int) -> list[np.ndarray]:
+    buffers = [np.frombuffer(mmap.mmap(-1, rows * math.prod(self.row)), np.uint8).reshape(rows, *self.row)
+               for _ in range(BUFFERS)]  # page-aligned
+    try:
+      for b in buffers:
+        self.device.client.dma_map(b.ctypes.data, b.nbytes)
+    except jax.errors.JaxRuntimeError:  # this client cannot map: puts from pageable memory
+      self._unmap(buffers)
+      return []
+    return buffers
+
+  def _unmap(self, buffers) -> None:
+    for b in buffers:
+      try:
+        self.device.client.dma_unmap(b.ctypes.data)
+      except jax.errors.JaxRuntimeError:  # never mapped
+        pass
+
+  def close(self) -> None:
+    for _, placed in self._held:
+      jax.block_until_ready(placed)  # the devices may still be reading the buffer
+    self._unmap(self.mapped or [])
+
+
+class TieredCachedPut(HostCachedPut):
+  """put(host batch under a tiered rule) → finish, as CachedPut: the rows the device tier does not hold (the decoded
+  ones and the host tier's) assembled in this process's memory and placed as HostCachedPut places a batch, K′ a
+  block ('sent'), then the contract's batch assembled on the devices from them and the device tier, a block of its
+  slots on each row block's devices, as CachedPut(sharded=True) does. The decoded rows with slots go into their tier
+  while the rule writes. Batches must come in order from rule.start."""
+
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
+    super().__init__(rows, size, image_size, rule)
+    held = dataclasses.replace(rule, slots=rule.device_slots, device_slots=0)
+    self.devices = CachedPut(rows, size, image_size, held, sharded=True)
+
+  def put(self, batch: dict):
+    k, width = _decoded_per_block(batch, self.rule), int(batch["sent"])
+    check_batch(batch, self.size, self.image_size)
+    places, indices = batch["decoded"], batch["index"]
+    sent = (places >= 0) | (indices >= self.first)
+    per_block = self.rule.batch_size // self.rule.blocks
+    counts = np.cumsum(sent.reshape(-1, per_block), axis=1)
+    if counts[:, -1].max(initial=0) > width:
+      raise ValueError(f"a tiered batch's row blocks send up to {counts[:, -1].max()} rows, more than its 'sent' "
+                       f"{width}")
+    sent = np.where(sent, counts.reshape(-1) - 1, -1).astype(np.int32)
+    draws = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], decoded=sent, index=indices)
+    images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
+    self.step += 1
+    on_device["image"] = self._placed(images, chunks)
+    images, labels = self.devices.assemble(on_device)
+    return lambda: (dict(image=images, **on_device, label=labels), 0)
 
 
 def _chunk_major(n: int, per_block: int, chunks: int) -> np.ndarray:
@@ -214,10 +351,13 @@ def _joined(rows: BatchLayout):
 
 
 def cached_put(kind: str, rows: BatchLayout, size: int, image_size: int, rule: Schedule) -> HostPut:
-  """The put of config.dataset.cache `kind`: 'device', 'sharded' or 'host'."""
-  if kind == "host":
+  """The put of config.dataset.cache `kind`: 'device', 'sharded', 'host' or 'tiered' (which is 'sharded' where the
+  devices take every slot, 'host' where they take none)."""
+  if rule.tiered:
+    return TieredCachedPut(rows, size, image_size, rule)
+  if kind == "host" or (kind == "tiered" and not rule.device_slots):
     return HostCachedPut(rows, size, image_size, rule)
-  return CachedPut(rows, size, image_size, rule, sharded=kind == "sharded")
+  return CachedPut(rows, size, image_size, rule, sharded=kind in ("sharded", "tiered"))
 
 
 def _decoded_per_block(batch: dict, rule: Schedule) -> int:

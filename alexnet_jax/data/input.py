@@ -27,8 +27,8 @@ def input_feed(config, dataset, rows: BatchLayout, image_size: int, total_steps:
 
 
 def batch_placer(config, dataset, rows: BatchLayout, image_size: int, cached: cache.Schedule | None = None):
-  """What puts the feed's host batches on the devices: the host's images, with the device cache (`cached`) the host's
-  and the cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
+  """What puts the feed's host batches on the devices: the host's images, with a cache (`cached`) the host's and the
+  cache's, or, where the devices decode (dataset.decoder 'gpu'), their JPEGs handed to the devices' decoding
   processes."""
   if cached is not None and cached.slots:
     return cache.cached_put(config.dataset.cache, rows, dataset.size, image_size, cached)
@@ -39,22 +39,31 @@ def batch_placer(config, dataset, rows: BatchLayout, image_size: int, cached: ca
 
 def cache_schedule(config, dataset, rows: BatchLayout, total_steps: int, start: int,
                    step_memory) -> cache.Schedule | None:
-  """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device', 'sharded' or 'host'),
-  sized where config.dataset.cache_bytes leaves it to the memory: the devices' beside the compiled step (its bytes:
-  `step_memory()`), or the host's; None without a cache."""
-  if config.dataset.cache == "none":
+  """The cache's rule for a run that starts at step `start` (config.dataset.cache 'device', 'sharded', 'host' or
+  'tiered'), each tier sized where its key (config.dataset.cache_bytes on the devices, host_cache_bytes in this
+  process) leaves it to the memory: the devices' beside the compiled step (its bytes: `step_memory()`), or the host's;
+  None without a cache."""
+  kind = config.dataset.cache
+  if kind == "none":
     return None
-  limit = config.dataset.cache_bytes
-  if config.dataset.cache == "host":
-    slots, where = cache.host_slots(limit, dataset.num_train, dataset.size), "in this process's memory"
+  on_devices = in_host = 0
+  shards = 1 if kind == "device" else rows.blocks  # 'sharded' and the device tier: a block of the slots on each
+  if kind != "host":
+    limit = config.dataset.cache_bytes
+    on_devices = cache.slots(limit, dataset.num_train, dataset.size, rows.mesh, 0 if limit else step_memory(), shards)
+  if kind in ("host", "tiered"):
+    in_host = cache.host_slots(config.dataset.host_cache_bytes, dataset.num_train - on_devices, dataset.size)
+  rule = cache.Schedule(on_devices + in_host, dataset.num_train, config.batch_size, rows.blocks, start,
+                        device_slots=on_devices if kind == "tiered" else 0)
+  gib = cache.image_bytes(dataset.size) / 2**30
+  devices = "on each device" if shards == 1 else f"over {shards} devices' memory (a block on each)"
+  if kind == "tiered":
+    held = (f": {on_devices:,} {devices} ({on_devices * gib:.1f} GiB), {in_host:,} in this process's memory "
+            f"({in_host * gib:.1f} GiB), {dataset.num_train - rule.slots:,} decoded every epoch;")
   else:
-    need = 0 if limit else step_memory()
-    shards = rows.blocks if config.dataset.cache == "sharded" else 1
-    slots = cache.slots(limit, dataset.num_train, dataset.size, rows.mesh, need, shards)
-    where = "on each device" if shards == 1 else f"over {shards} devices' memory (a block on each)"
-  rule = cache.Schedule(slots, dataset.num_train, config.batch_size, rows.blocks, start)
-  print(f"cache: {slots:,} of {dataset.num_train:,} training images {where} "
-        f"({slots * cache.image_bytes(dataset.size) / 2**30:.1f} GiB), read there from step "
+    where = "in this process's memory" if kind == "host" else devices
+    held = f" {where} ({rule.slots * gib:.1f} GiB),"
+  print(f"cache: {rule.slots:,} of {dataset.num_train:,} training images{held} read there from step "
         f"{min(total_steps, rule.fill_end // config.batch_size)}", flush=True)
   return rule
 

@@ -92,7 +92,7 @@ class Dataset:
     return dict(image=images, **rest, label=labels), skipped
 
   def cached_train_batch(self, draws: dict, places: np.ndarray, k: int, block: int) -> tuple[dict, int]:
-    """(batch, skipped) of a batch of draws under the device cache (cache.py's layout): only the rows `places`
+    """(batch, skipped) of a batch of draws under a cache (cache.py's layout): only the rows `places`
     marks (≥ 0) decoded, each into its block's rows of 'image' (blocks of `block` rows, K = `k` images each)."""
     decode = np.flatnonzero(places >= 0)
     images = np.zeros((len(places) // block * k, self.size, self.size, 3), np.uint8)
@@ -122,8 +122,8 @@ def train_batches(dataset: Dataset, batch_size: int, process_index: int = 0, pro
   Each epoch is a fresh permutation of the training set (seeded by the config's seed and the epoch); the crops,
   flips and colour noise of a global batch are drawn from (seed, step); processes take consecutive slices of
   every global batch: the process_index-th of process_count, or `rows` (the rows its devices hold,
-  data.device_batches.BatchLayout.process_rows). Under the device cache's schedule `cached`, the rows it holds are not
-  decoded (cache.py's batch layout).
+  data.device_batches.BatchLayout.process_rows). Under a cache's schedule `cached`, the rows it holds (in either
+  tier) are not decoded (cache.py's batch layout).
   """
   if rows is None:
     if batch_size % process_count:
@@ -142,7 +142,10 @@ def _process_share(dataset: Dataset, rows: slice, cached: cache.Schedule | None,
   if cached is None or not cached.slots:
     return dataset.train_batch(share)
   places, k = cache.layout(cached, step, draws["index"], rows)
-  return dataset.cached_train_batch(share, places, k, cached.batch_size // cached.blocks)
+  batch, skipped = dataset.cached_train_batch(share, places, k, cached.batch_size // cached.blocks)
+  if cached.tiered:  # from the global batch: a process's own rows cannot tell what the others send
+    batch["sent"] = cache.sent_per_block(cached, step, draws["index"])
+  return batch, skipped
 
 
 def host_rows(n: int, share: float) -> np.ndarray:

@@ -20,7 +20,8 @@ from alexnet_jax.network.table import Layer, Table
 
 FILE = "run.json"
 VERSION = 1
-LATER_KEYS = ("dataset.flip", "num_steps", "warmup_steps")  # keys that run.json files of version 1 may lack
+# keys that older run.json files may lack
+LATER_KEYS = ("dataset.flip", "num_steps", "warmup_steps", "dataset.host_cache_bytes")
 # What a checkpoint's numbers mean: a reader that changes one of these reads another network, or other inputs.
 RUN_KEYS = ("network", "width", "towers", "image_size", "lrn_alpha_over_n", "dataset.name", "dataset.resize",
             "dataset.num_classes")

@@ -3,16 +3,18 @@ the step's speed the input path keeps, and where its time goes.
 
   python scripts/dev/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
       [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--decoder_seconds 3]
-      [--cache 1,0.5,host:0.5] [--json OUT.json]
+      [--cache 1,0.5,host:0.5,tiered:0.33:0.67] [--json OUT.json]
 
 The config's network, mesh, batch size, dtype and kernels over the store, in one process and one compiled step.
 Rows: synthetic (the step on random images already on the devices); decoders (nvdecode.DeviceDecoder for each
 backend choice in --decoder_rows, alone and beside the step); host (for each --settings entry
 decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: bench_input.pipeline_rate); end to end
 (the input path as train.py runs it: images/s, the ratio to synthetic, where the feed's thread spent its time);
-cache (for each fraction f in --cache, 'sharded:f' or 'host:f', the first epoch and the later ones against
-min(synthetic, host alone ÷ (1 − f)), and how many ImageNet images the device cache would hold). The end-to-end rows
-time --steps steps after the batches built ahead during start-up are used up.
+cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
+next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
+(1 − f)), where the feed's thread and the host cache's copies and puts spent their time, and how many ImageNet images
+the device cache would hold). The end-to-end rows time --steps steps after the batches built ahead during start-up
+are used up.
 """
 
 import collections
@@ -113,8 +115,8 @@ flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
                     "the gpu_backends to time the device decoder alone with, comma-separated ('' for none)")
 flags.DEFINE_float("decoder_seconds", 3.0, "how long each of a decoder row's three rates is measured")
 flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated; "
-                    "'sharded:F' for the device cache split over the batch's row blocks, 'host:F' for the host cache "
-                    "('' none)")
+                    "'sharded:F' for the device cache split over the batch's row blocks, 'host:F' for the host cache, "
+                    "'tiered:FD:FH' for FD on the devices (as sharded) and the next FH in the host's memory ('' none)")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
 
@@ -122,14 +124,16 @@ IMAGENET_TRAIN = 1_281_167
 def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int, steps: int, host: float,
                synthetic: float) -> list[dict]:
   """The cache rows: per fraction ('F' on the devices, 'sharded:F' a block on each of the devices that split the
-  rows, 'host:F' in the host's memory), the first epoch's images/s and the later epochs', the model's."""
+  rows, 'host:F' in the host's memory, 'tiered:FD:FH' FD as sharded and FH in the host's memory), the first epoch's
+  images/s and the later epochs', the model's."""
   batch, out = config.batch_size, []
   for text in fractions:
-    where, _, number = text.rpartition(":")
-    if where not in ("", "sharded", "host"):
-      raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F or host:F")
-    fraction = float(number)
-    rule = cache.Schedule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_layout.blocks, 0)
+    where, *numbers = text.split(":") if ":" in text else ("", text)
+    if (where, len(numbers)) not in (("", 1), ("sharded", 1), ("host", 1), ("tiered", 2)):
+      raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F, host:F or tiered:FD:FH")
+    fraction, on_devices = sum(map(float, numbers)), float(numbers[0]) if where == "tiered" else 0.0
+    rule = cache.Schedule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_layout.blocks, 0,
+                          device_slots=round(on_devices * dataset.num_train))
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
@@ -139,14 +143,17 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1) if timed > 0 else None  # noqa: B023
     for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
-    before, start = dict(feed.seconds), time.perf_counter()
+    before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows=1)  # noqa: B023
-    split = {k: (feed.seconds[k] - before[k]) / (time.perf_counter() - start) for k in before}
+    elapsed = time.perf_counter() - start
+    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
-    out.append(dict(fraction=fraction, cache=where or "device", images=rule.slots, first_epoch_steps=max(0, timed),
-                    first_epoch_images_per_s=first, first_epoch_of_host=first and first / host,
-                    later_images_per_s=later, later_feed=split,
+    held = {"host": 0, "tiered": rule.device_slots}.get(where, rule.slots)  # of them, on the devices
+    out.append(dict(fraction=fraction, cache=where or "device", images=rule.slots, device_images=held,
+                    first_epoch_steps=max(0, timed), first_epoch_images_per_s=first,
+                    first_epoch_of_host=first and first / host, later_images_per_s=later, later_feed=split,
+                    later_put={k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before},
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
   return out
