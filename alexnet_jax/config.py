@@ -140,8 +140,9 @@ KEYS = {
     "lrn_alpha_over_n": Key(False, BOOL, "LRN's α divided by its window, as Caffe's and cuda-convnet's code (the "
                             "paper's formula: False)"),
     "dtype": Key("float32", Choice(DTYPES), "the compute dtype; parameters stay float32"),
-    "kernel_backend": Key("auto", Choice(_backends), "'auto': the Triton kernels on CUDA, XLA elsewhere; 'triton', "
-                          "'xla', or 'interpret' (the kernels on the CPU, slow)"),
+    "kernel_backend": Key("auto", Choice(_backends), "'auto': the Triton kernels on CUDA, but each convolution "
+                          "direction cuDNN's where measured faster (ops/conv_choice.py), XLA elsewhere; 'triton' "
+                          "(every kernel), 'xla', or 'interpret' (the kernels on the CPU, slow)"),
     "mesh.model": Key(2, Range(int, 1, 4096), "devices on the mesh axis 'model' (the towers, fc slices)"),
     "mesh.data": Key(1, Range(int, 1, 65536, also=-1, note=", or -1: every other device"),
                      "devices on the mesh axis 'data' (splits the batch)"),
