@@ -2,14 +2,26 @@
 measured table has faster (ops/conv_choice.py): the table's reading here, and XLA's substitutes against the kernels
 under the Triton interpreter. tests/test_gpu_kernels.py checks what the CUDA program runs."""
 
+import ast
+import glob
+import json
+import os
+import runpy
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from alexnet_jax.config import network_table
+from alexnet_jax.measure.kernel_shapes import grouped_convs
 from alexnet_jax.ops import conv as conv_op
 from alexnet_jax.ops.conv_choice import MARGIN, MEASURED, xla_faster
+from triton_kernels.conv_tiles import tile_key
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 X, W = (96, 54, 54, 128), (96, 5, 5, 256)  # a stride-2 5×5 layer (ZFNet's conv2) at batch 128
 LAYER = dict(stride=2, padding=2, groups=1)
 
@@ -64,3 +76,26 @@ def test_xla_s_substitutes_compute_what_the_kernels_compute(x_shape, w_shape, st
   for kernel, xla in pairs:
     assert kernel.shape == xla.shape and kernel.dtype == xla.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(xla), np.asarray(kernel), rtol=1e-4, atol=1e-4)
+
+
+def test_the_table_is_the_measurement_it_names_and_covers_the_layers_measured():
+  # scripts/dev/measure_conv_choice.py --print_table of the recorded run gives the table's entries, time for time;
+  # and the run's every config, at its batches, has each conv direction in the table.
+  (path,) = glob.glob(os.path.join(ROOT, "docs", "results", "conv_choice_one_h200_*.json"))
+  printed = subprocess.run([sys.executable, "scripts/dev/measure_conv_choice.py", "--print_table", path], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout
+  entries = [line.split("#")[0].strip().rstrip(",") for line in printed.splitlines() if line.strip().startswith("(")]
+  assert dict(ast.literal_eval("{" + ",".join(entries) + "}")) == MEASURED
+  with open(path) as f:
+    runs = json.load(f)["runs"]
+  missing = []
+  for run in runs:
+    config_file, batches = run.rsplit(":", 1)
+    config = runpy.run_path(os.path.join(ROOT, config_file))["get_config"]()
+    table = network_table(config, 1000)
+    for batch in map(int, batches.split(",")):
+      convs = grouped_convs(table, config.image_size, batch)
+      missing += [(config.network, s.name, kernel, batch) for s in convs for kernel in ("fwd", "dgrad", "wgrad")
+                  if (kernel != "dgrad" or s is not convs[0])
+                  and tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) not in MEASURED]
+  assert len(runs) == 5 and not missing, missing
