@@ -18,6 +18,7 @@ from test_image_kinds import bomb_png
 
 import alexnet_jax
 from alexnet_jax import api
+from alexnet_jax.config import KEYS, network_table, paper_config
 from alexnet_jax.data import get_dataset
 from alexnet_jax.training import checkpoints, loop, train
 from alexnet_jax.training import run as run_files
@@ -269,3 +270,23 @@ def test_predict_script_refuses_a_top_below_one_and_outputs_over_the_run_s_files
   assert {f: open(os.path.join(workdir, f), "rb").read() for f in before} == before
   assert not os.path.exists(os.path.join(workdir, "checkpoints", "p.csv"))
   assert (photos / "a.jpg").read_bytes() == image
+
+
+def test_a_run_json_without_later_keys_still_loads():
+  # A run.json written before a key existed (dataset.host_cache_bytes, warmup_steps, …) reads at the key's paper
+  # value; a key outside LATER_KEYS missing is a damaged file, refused as before.
+  config = paper_config()
+  config.dataset.name, config.dataset.num_classes, config.width, config.image_size = "procedural", 10, 0.25, 64
+  dataset = get_dataset(config)
+  described = run_files.describe(config, dataset, network_table(config, dataset.num_classes))
+  for name in ("dataset.flip", "num_steps", "warmup_steps", "dataset.host_cache_bytes"):  # added after version 1
+    *parents, leaf = name.split(".")
+    node = described["config"]
+    for part in parents:
+      node = node[part]
+    del node[leaf]
+  loaded = run_files.from_description(json.loads(json.dumps(described)))
+  assert loaded.config.dataset.host_cache_bytes == KEYS["dataset.host_cache_bytes"].value
+  del described["config"]["dataset"]["cache_bytes"]
+  with pytest.raises(KeyError, match="cache_bytes"):
+    run_files.from_description(described)

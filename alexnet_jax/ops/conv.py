@@ -79,7 +79,7 @@ def _dgrad_xla(dy, w, *, x_shape, stride, padding, groups, **_):
 
 def _wgrad_xla(x, dy, *, w_shape, stride, padding, groups, **_):
   conv = functools.partial(conv2d_reference, x, stride=stride, padding=padding, groups=groups)
-  (dw,) = jax.linear_transpose(lambda w: conv(w), jax.ShapeDtypeStruct(w_shape, x.dtype))(dy)
+  (dw,) = jax.linear_transpose(conv, jax.ShapeDtypeStruct(w_shape, x.dtype))(dy)
   return [dw.astype(jnp.float32)]
 
 
