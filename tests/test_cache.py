@@ -108,6 +108,25 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, kind):
     assert labels[i] == label[0]
 
 
+@pytest.mark.parametrize("kind", ("host", "tiered"))
+@pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
+def test_batches_put_before_the_last_is_finished_are_the_decoded_ones(dataset, start, kind):
+  # The feed puts the next batch before it finishes the last; here every batch is put first: the copies of later
+  # batches run while earlier ones wait, and still read the images that earlier ones wrote into the cache.
+  rows = BatchLayout(sharding.make_mesh(1, 2), ("data",))
+  rule = schedule(kind, rows.blocks, start)
+  cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
+  plain = train_batches(dataset, BATCH)
+  put = cache.cached_put(kind, rows, SIZE, 16, rule)
+  steps = range(start, start + 14)
+  finishes = [put.put(cached[step][0]) for step in steps]
+  for step, finish in zip(steps, finishes):
+    got, _ = finish()
+    for k, want in plain[step][0].items():
+      np.testing.assert_array_equal(np.asarray(got[k]), want, err_msg=f"{k} of step {step}")
+  put.close()
+
+
 class Counted(Jpegs):
   """Jpegs that note every example read: each is read to be decoded."""
 

@@ -1,5 +1,6 @@
 """The host cache on a CUDA GPU (`pytest -m gpu tests/test_gpu_cache.py`): there its batch buffers are used again, each
-once its batch has crossed to the device; every batch placed is still the decoded one when all are read at the end.
+once its batch has crossed to the device; every batch placed, all put before the first is finished, is still the
+decoded one when all are read at the end.
 Without a CUDA device the module is skipped (on CPU devices the buffers are not used again: test_cache.py)."""
 
 import jax
@@ -22,7 +23,8 @@ def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dat
   plain = train_batches(dataset, BATCH)
   put = cache.HostCachedPut(rows, SIZE, 16, rule)
   steps = 4 * cache.BUFFERS + 2  # the fill, then every buffer used again several times over
-  placed = [put.put(cached[step][0])()[0] for step in range(steps)]  # all held until the end
+  finishes = [put.put(cached[step][0]) for step in range(steps)]  # every batch put before the first is finished
+  placed = [finish()[0] for finish in finishes]  # all held until the end
   for step, got in enumerate(placed):
     want, _ = plain[step]
     for k in want:
