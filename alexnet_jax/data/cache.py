@@ -38,8 +38,7 @@ from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
 COPY_THREADS = min(8, len(os.sched_getaffinity(0)))  # the host cache's copies: memory's bandwidth, not the cores
-BUFFERS = 4  # the host cache's batch buffers, each used again once its batch has crossed to the devices: one
-# being copied into, one being placed, the rest crossing
+BUFFERS = 3  # the host cache's batch buffers, each used again once its batch has crossed to the devices
 SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
 
 
@@ -140,10 +139,8 @@ class CachedPut(HostPut):
 class HostCachedPut(HostPut):
   """put(host batch under the cache) → finish, as CachedPut, with the cache in this process's memory: the batch's
   decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batch placed
-  as a decoded one. A put returns once the batch's copies are under way: the copies and the placement run on a
-  thread of their own, one batch after another, and finish waits for them. Batches must come in order from
-  rule.start. The cache holds slots [rule.device_slots, rule.slots): all of them, or under 'tiered' those the
-  devices do not (TieredCachedPut)."""
+  as a decoded one. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
+  rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut)."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size)
@@ -153,9 +150,6 @@ class HostCachedPut(HostPut):
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
-    # A batch's copies and placement, one batch after another in put's order, while the feed's thread goes on: the
-    # next batch's rows are copied while the last one is assembled on the devices (data.feed.IN_FLIGHT).
-    self._assembler = concurrent.futures.ThreadPoolExecutor(1)
     self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a batch's image chunks
     self.seconds = dict(copy=0.0, place=0.0, draws=0.0)  # copying rows here; putting the pixels, the rest
@@ -165,26 +159,25 @@ class HostCachedPut(HostPut):
     check_batch(batch, self.size, self.image_size)
     per_block = self.rule.batch_size // self.rule.blocks
     draws = {key: batch[key] for key in ("offset", "flip", "shift")}
-    images, on_device = self._gathered(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
+    images, on_device, chunks = self._gathered(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
     self.step += 1
-    return lambda: (dict(image=images.result(), **on_device.result()), 0)
+    images = self._placed(images, chunks)
+    return lambda: (dict(image=images, **on_device), 0)
 
-  def _gathered(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> tuple:
-    """Futures of (the images on the mesh, the other arrays on the mesh): the rows that `sent` gives a place among
-    their block's `width` (−1: not sent) copied into a buffer of `width` rows a block, held chunk-major in `chunks`
-    parts (_chunk_major), the decoded ones from the batch and the cached ones from this cache, then placed; `draws`
-    and the batch's labels, this cache's filled in, placed meanwhile. First, where the step writes, the decoded rows
-    with slots here go into the cache. The copies run after those of the batches put before, in order, so that a
-    batch reads the images that an earlier one wrote."""
+  def _gathered(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> tuple[np.ndarray, dict, int]:
+    """(buffer, arrays on the mesh, chunks): the rows that `sent` gives a place among their block's `width` (−1:
+    not sent) copied into a buffer of `width` rows a block, held chunk-major in `chunks` parts (_chunk_major), the
+    decoded ones from the batch and the cached ones from this cache; `draws` and the batch's labels, this cache's
+    filled in, placed on the mesh while the rows are copied. First, where the step writes, the decoded rows with
+    slots here go into the cache."""
     places, indices = batch["decoded"], batch["index"]
     per_block = self.rule.batch_size // self.rule.blocks
     decoded = np.flatnonzero(places >= 0)
     host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
     slot = indices - self.first  # in this cache
-    writes = []
     if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
       into = (slot[decoded] >= 0) & (indices[decoded] < self.rule.slots)
-      writes = [(self.images, slot[decoded][into], batch["image"], host_rows[into])]
+      self._copy_rows([(self.images, slot[decoded][into], batch["image"], host_rows[into])])
       self.labels[slot[decoded][into]] = batch["label"][decoded][into]
     here = np.flatnonzero((places < 0) & (sent >= 0))  # the cached rows that this cache gives
     n = len(places) // per_block * width
@@ -193,18 +186,16 @@ class HostCachedPut(HostPut):
     order = _chunk_major(n, width, chunks)  # each sent row's place in the buffer, by its place in the blocks
     at = order[np.arange(len(places)) // per_block * width + np.maximum(sent, 0)]
     labels[here] = self.labels[slot[here]]
-    copies = [(images, at[decoded], batch["image"], host_rows), (images, at[here], self.images, slot[here])]
-    placed = self._assembler.submit(self._assembled, writes, copies, images, chunks)
-    self._buffers.placing(placed)
-    return placed, self._draws.submit(self._put_draws, dict(draws, label=labels))
+    # The small arrays' puts beside the copy, which lets go of the GIL.
+    placing = self._draws.submit(self._put_draws, dict(draws, label=labels))
+    self._copy_rows([(images, at[decoded], batch["image"], host_rows), (images, at[here], self.images, slot[here])])
+    return images, placing.result(), chunks
 
-  def _assembled(self, writes: list, copies: list, images: np.ndarray, chunks: int):
-    """The assembler's part of a batch: its writes into the cache, its copies into the buffer, the buffer's images on
-    the mesh (_place)."""
-    self._copy_rows(writes)
-    self._copy_rows(copies)
+  def _placed(self, images: np.ndarray, chunks: int):
+    """The buffer's images on the mesh (_place); the buffer used again once they are."""
     start = time.perf_counter()
     placed = self._place(images, chunks)
+    self._buffers.placed(placed)
     self.seconds["place"] += time.perf_counter() - start
     return placed
 
@@ -237,8 +228,6 @@ class HostCachedPut(HostPut):
       for d, s in zip(dst_rows.tolist(), src_rows.tolist()):
         dst[d] = src[s]
 
-    if not copies:
-      return
     start = time.perf_counter()
     parts = [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
              for d, s in zip(np.array_split(dst_rows, COPY_THREADS), np.array_split(src_rows, COPY_THREADS)) if len(d)]
@@ -247,47 +236,45 @@ class HostCachedPut(HostPut):
     self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
-    self._assembler.shutdown()  # after the batches put: the buffers' last copies and puts
     self._threads.shutdown()
     self._draws.shutdown()
     self._buffers.close()
 
 
 class _Buffers:
-  """The host buffers that batches cross to the devices from, BUFFERS of them in turn, each used again once the batch
-  placed from it is on the devices: fresh memory for each batch would be paged in (and zeroed) every step, which
-  costs more than the copy. Where the devices can read host memory directly (a GPU's DMA: client.dma_map), each
-  buffer holds a whole batch's rows and is mapped once, and a put from it is a single copy that the devices make
-  after the put returns, without the staging copy through pinned memory that a put from pageable memory takes, and
-  which held the feed's thread for most of a step (docs/BENCHMARKS.md). CPU devices use none again: their arrays
-  may be the host buffer itself (XLA:CPU takes aligned memory as it is)."""
+  """The host buffers that batches cross to the devices from, each used again once the batch placed from it is on
+  the devices: fresh memory for each batch would be paged in (and zeroed) every step, which costs more than the copy.
+  Where the devices can read host memory directly (a GPU's DMA: client.dma_map), BUFFERS of a whole batch's rows are
+  mapped once and a put from one is a single copy that the devices make after the put returns, without the staging
+  copy through pinned memory that a put from pageable memory takes, and which held the feed's thread for most of a
+  step (docs/BENCHMARKS.md). CPU devices use none again: their arrays may be the host buffer itself (XLA:CPU takes
+  aligned memory as it is)."""
 
   def __init__(self, device, row: tuple):
     self.device, self.row = device, row
     self.reuse = device.platform != "cpu"
     self.mapped = None  # the mapped buffers (None: not yet tried; []: this client cannot map)
-    self._ring = [(None, None)] * BUFFERS  # (buffer, future of the device array placed from it)
-    self._next = 0
+    self._held = collections.deque()  # (buffer, the device array placed from it), oldest first
+    self._taken = None
 
   def take(self, n: int, most: int) -> np.ndarray:
-    """A buffer of n rows, the next in turn, once the batch put from it before is on the devices; `most`: the most
-    any batch sends (this process's rows of a batch), which a mapped buffer holds. placing() says what is put from
-    it."""
+    """A buffer of n rows; `most`: the most any batch sends (this process's rows of a batch), which a mapped buffer
+    holds."""
     if self.mapped is None and self.reuse:
       self.mapped = self._map(most)
-    buffer, placed = self._ring[self._next]
-    if placed is not None:
-      jax.block_until_ready(placed.result())  # put BUFFERS batches ago: this rarely waits
-    if buffer is None or len(buffer) < n or (not self.mapped and len(buffer) != n) or not self.reuse:
-      buffer = self.mapped[self._next] if self.mapped else np.empty((n, *self.row), np.uint8)
-    self._ring[self._next] = (buffer, None)
+    buffer = None
+    if len(self._held) == BUFFERS:
+      buffer, placed = self._held.popleft()
+      jax.block_until_ready(placed)  # copied from the buffer long ago: this rarely waits
+    if buffer is None or len(buffer) < n or (not self.mapped and len(buffer) != n):
+      buffer = self.mapped[len(self._held)] if self.mapped else np.empty((n, *self.row), np.uint8)
+    self._taken = buffer
     return buffer[:n]
 
-  def placing(self, placed: concurrent.futures.Future) -> None:
-    """The future of the device array put from the buffer last taken."""
+  def placed(self, array) -> None:
+    """The device array put from the buffer last taken."""
     if self.reuse:
-      self._ring[self._next] = (self._ring[self._next][0], placed)
-    self._next = (self._next + 1) % BUFFERS
+      self._held.append((self._taken, array))
 
   def _map(self, rows: int) -> list[np.ndarray]:
     buffers = [np.frombuffer(mmap.mmap(-1, rows * math.prod(self.row)), np.uint8).reshape(rows, *self.row)
@@ -308,9 +295,8 @@ class _Buffers:
         pass
 
   def close(self) -> None:
-    for _, placed in self._ring:
-      if placed is not None and placed.exception() is None:
-        jax.block_until_ready(placed.result())  # the devices may still be reading the buffer
+    for _, placed in self._held:
+      jax.block_until_ready(placed)  # the devices may still be reading the buffer
     self._unmap(self.mapped or [])
 
 
@@ -319,7 +305,7 @@ class TieredCachedPut(HostCachedPut):
   ones and the host tier's) assembled in this process's memory and placed as HostCachedPut places a batch, K′ a
   block ('sent'), then the contract's batch assembled on the devices from them and the device tier, a block of its
   slots on each row block's devices, as CachedPut(sharded=True) does. The decoded rows with slots go into their tier
-  while the rule writes. Batches must come in order from rule.start, and be finished in that order."""
+  while the rule writes. Batches must come in order from rule.start."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size, rule)
@@ -338,15 +324,11 @@ class TieredCachedPut(HostCachedPut):
                        f"{width}")
     sent = np.where(sent, counts.reshape(-1) - 1, -1).astype(np.int32)
     draws = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], decoded=sent, index=indices)
-    images, on_device = self._gathered(batch, k, sent, width, draws)
+    images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
     self.step += 1
-
-    def finish():  # in put's order: the device tier takes the decoded rows with its slots in step order
-      placed = dict(on_device.result(), image=images.result())
-      batch_images, labels = self.devices.assemble(placed)
-      return dict(image=batch_images, **placed, label=labels), 0
-
-    return finish
+    on_device["image"] = self._placed(images, chunks)
+    images, labels = self.devices.assemble(on_device)
+    return lambda: (dict(image=images, **on_device, label=labels), 0)
 
 
 def _chunk_major(n: int, per_block: int, chunks: int) -> np.ndarray:
