@@ -152,7 +152,8 @@ class HostCachedPut(HostPut):
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
     self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a batch's image chunks
-    self.seconds = dict(copy=0.0, place=0.0, draws=0.0)  # copying rows here; putting the pixels, the rest
+    # copying rows here; waiting for a buffer to be free; putting the pixels, the rest; (tiered) the devices' assembly
+    self.seconds = dict(copy=0.0, wait=0.0, place=0.0, draws=0.0)
 
   def put(self, batch: dict):
     k = _decoded_per_block(batch, self.rule)
@@ -181,7 +182,9 @@ class HostCachedPut(HostPut):
       self.labels[slot[decoded][into]] = batch["label"][decoded][into]
     here = np.flatnonzero((places < 0) & (sent >= 0))  # the cached rows that this cache gives
     n = len(places) // per_block * width
+    start = time.perf_counter()
     images, labels = self._buffers.take(n, len(places)), batch["label"].copy()
+    self.seconds["wait"] += time.perf_counter() - start
     chunks = 1 if self._buffers.mapped else math.gcd(width, COPY_THREADS)
     order = _chunk_major(n, width, chunks)  # each sent row's place in the buffer, by its place in the blocks
     at = order[np.arange(len(places)) // per_block * width + np.maximum(sent, 0)]
@@ -314,6 +317,7 @@ class TieredCachedPut(HostCachedPut):
     super().__init__(rows, size, image_size, rule)
     held = dataclasses.replace(rule, slots=rule.device_slots, device_slots=0)
     self.devices = CachedPut(rows, size, image_size, held, sharded=True)
+    self.seconds["assemble"] = 0.0
 
   def put(self, batch: dict):
     k, width = _decoded_per_block(batch, self.rule), int(batch["sent"])
@@ -330,7 +334,9 @@ class TieredCachedPut(HostCachedPut):
     images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
     self.step += 1
     on_device["image"] = self._placed(images, chunks)
+    start = time.perf_counter()
     images, labels = self.devices.assemble(on_device)
+    self.seconds["assemble"] += time.perf_counter() - start
     return lambda: (dict(image=images, **on_device, label=labels), 0)
 
 
