@@ -108,7 +108,9 @@ def sent_per_block(rule: Schedule, step: int, indices: np.ndarray) -> np.ndarray
 class CachedPut(HostPut):
   """put(host batch under the cache) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
-  written into the cache. Batches must come in order from rule.start: whether one writes follows the step."""
+  written into the cache. Batches must come in order from rule.start: whether one writes follows the step.
+  The assembly is finish's: its call waits on the host until the placed rows have crossed to the devices, and the
+  feed finishes a batch after it has put the next, so that the wait overlaps that put (docs/BENCHMARKS.md)."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, sharded: bool = False):
     super().__init__(rows, size, image_size)
@@ -124,8 +126,12 @@ class CachedPut(HostPut):
     _decoded_per_block(batch, self.rule)
     check_batch(batch, self.size, self.image_size)
     on_device = self.rows.put(batch)
-    images, labels = self.assemble(on_device)
-    return lambda: (dict(image=images, **on_device, label=labels), 0)
+
+    def finish():
+      images, labels = self.assemble(on_device)
+      return dict(image=images, **on_device, label=labels), 0
+
+    return finish
 
   def assemble(self, on_device: dict) -> tuple:
     """(the batch's images, its labels) from the placed 'image', 'decoded', 'index' and 'label' (taken out of
@@ -334,10 +340,14 @@ class TieredCachedPut(HostCachedPut):
     images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
     self.step += 1
     on_device["image"] = self._placed(images, chunks)
-    start = time.perf_counter()
-    images, labels = self.devices.assemble(on_device)
-    self.seconds["assemble"] += time.perf_counter() - start
-    return lambda: (dict(image=images, **on_device, label=labels), 0)
+
+    def finish():
+      start = time.perf_counter()
+      images, labels = self.devices.assemble(on_device)
+      self.seconds["assemble"] += time.perf_counter() - start
+      return dict(image=images, **on_device, label=labels), 0
+
+    return finish
 
 
 def _chunk_major(n: int, per_block: int, chunks: int) -> np.ndarray:
