@@ -109,8 +109,9 @@ class CachedPut(HostPut):
   """put(host batch under the cache) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
   written into the cache. Batches must come in order from rule.start: whether one writes follows the step.
-  The assembly is finish's: its call waits on the host until the placed rows have crossed to the devices, and the
-  feed finishes a batch after it has put the next, so that the wait overlaps that put (docs/BENCHMARKS.md)."""
+  The assembly is finish's, which the feed calls after it has put the next batch: by then the placed rows have had
+  that put's time to cross to the devices, where called straight after their put it held the feed's thread longer
+  (docs/BENCHMARKS.md, the tiered cache's rows)."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, sharded: bool = False):
     super().__init__(rows, size, image_size)
