@@ -192,10 +192,12 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   for r in rows["fwd"]:
     assert len(r["layers"]) == 1 and r["key"][:2] == ["fwd", 2] and r["error"] <= 2.0 ** -6
   # an LRN or pool (or an LRN and its pool as one) tower apart and the towers side by side: two keys, each its rule
-  # (no overrides) and one launch, which computes the very same numbers
-  for kernel, layer in (("lrn_bwd", "lrn2"), ("pool_fwd", "pool5"), ("lrn_pool_bwd", "lrn2")):
+  # (no overrides) and one launch (an LRN's: block, chunks, unroll; a pool's: per_thread, num_warps), which computes
+  # the very same numbers
+  for kernel, layer, options in (("lrn_bwd", "lrn2", 3), ("pool_fwd", "pool5", 2), ("lrn_pool_bwd", "lrn2", 3)):
     assert sorted(r["layers"][0] for r in rows[kernel]) == [f"{layer} one"] * 2 + [f"{layer} split"] * 2
-    assert sorted(len(r["tiles"]) for r in rows[kernel]) == [0, 0, 2, 2] and all(r["error"] == 0 for r in rows[kernel])
+    assert sorted(len(r["tiles"]) for r in rows[kernel]) == [0, 0, options, options]
+    assert all(r["error"] == 0 for r in rows[kernel])
   assert sorted((b["kernel"], b["tried"]) for b in result["best"]) == [("fwd", 2)] * 2 + [("lrn_bwd", 2)] * 2 + [
       ("lrn_pool_bwd", 2)] * 2 + [("pool_fwd", 2)] * 2
   for best in (b for b in result["best"] if b["kernel"] == "fwd"):

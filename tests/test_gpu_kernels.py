@@ -147,3 +147,29 @@ def test_training_crops_at_the_paper_s_input(dtype):
       device_augment.crop_flip(i, o, f, 224), s, IMAGENET.mean, IMAGENET.std), (3, 1, 2, 0)))(*fields)
   np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), atol=1e-5,
                              rtol=1e-6 if dtype == "float32" else 2.0 ** -8)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiles the Triton kernels: needs TRITON_INTERPRET=0")
+@pytest.mark.parametrize("unroll", [2, 4])
+def test_lrn_walks_unrolled_over_channels_give_the_loop_s_bits(unroll):
+  # The launch option tune_kernels.py times, at conv1's output (lrn1, two towers) in bf16: the same arithmetic in
+  # the same order, so the same bits, each direction, alone and with the max-pool after it.
+  import jax.numpy as jnp  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+
+  from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD  # noqa: PLC0415
+  from alexnet_jax.ops.lrn_pool import LRN_POOL_BWD, LRN_POOL_FWD  # noqa: PLC0415
+
+  kx, kd = jax.random.split(jax.random.key(0))
+  x = (jax.random.normal(kx, (96, 55, 55, BATCH)) * 30).astype(jnp.bfloat16)
+  dy = jax.random.normal(kd, x.shape, jnp.bfloat16)
+  params = dict(mode="triton", groups=2, n=5, k=2.0, alpha=1e-4, beta=0.75, relu=True)
+
+  def kernels(launch):
+    y, idx = LRN_POOL_FWD(x, size=3, stride=2, launch=launch, **params)
+    return [LRN_FWD(x, launch=launch, **params)[0], LRN_BWD(x, dy, launch=launch, **params)[0], y, idx,
+            LRN_POOL_BWD(x, y, idx, size=3, stride=2, launch=launch, **params)[0]]
+
+  run = jax.jit(kernels, static_argnums=0)
+  for got, want in zip(run((("unroll", unroll),)), run(())):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -171,12 +171,12 @@ def lrn_bwd_numpy(x, dy, groups, size, k, alpha, beta):
   return dx
 
 
-def run_lrn(x, dy, groups, size, k, alpha, beta, relu=False):
+def run_lrn(x, dy, groups, size, k, alpha, beta, relu=False, **launch):
   launch_args = (x.shape, groups, size, k, alpha, beta, x.dtype.name, relu)
   y, ybuf = poisoned(x.shape, x.dtype)
-  run(lrn.lrn_fwd_launch(*launch_args), x, y)
+  run(lrn.lrn_fwd_launch(*launch_args, **launch), x, y)
   dx, dbuf = poisoned(x.shape, x.dtype)
-  run(lrn.lrn_bwd_launch(*launch_args), x, dy, dx)
+  run(lrn.lrn_bwd_launch(*launch_args, **launch), x, dy, dx)
   for buf in (ybuf, dbuf):
     untouched(buf)
   return y, dx
@@ -287,6 +287,8 @@ def test_launch_refuses_what_the_kernels_cannot_do():
     pool.max_pool_fwd_launch((1, 2, 2, 4), 3, 2, "float32")
   with pytest.raises(ValueError, match="dtype"):
     pool.max_pool_bwd_launch((1, 5, 5, 4), 3, 2, "float64")
+  with pytest.raises(ValueError, match="unroll"):
+    lrn.lrn_bwd_launch((10, 2, 2, 4), 2, 5, 2.0, 1e-4, 0.75, "float32", unroll=0)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
@@ -307,13 +309,13 @@ def test_lrn_of_relu_keeps_nan_and_zeroes_negative_infinity():
 
 # ---- LRN then max-pool, one kernel each way ----
 
-def run_lrn_pool(x, dy, groups, size, k, alpha, beta, pool_size, stride, relu):
+def run_lrn_pool(x, dy, groups, size, k, alpha, beta, pool_size, stride, relu, **launch):
   lrn_args = (x.shape, groups, size, k, alpha, beta)
   shape = pool.pooled_shape(x.shape, pool_size, stride)
   (y, ybuf), (idx, ibuf) = poisoned(shape, x.dtype), poisoned(shape, np.int8)
-  run(lrn_pool.lrn_pool_fwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu), x, y, idx)
+  run(lrn_pool.lrn_pool_fwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu, **launch), x, y, idx)
   dx, dbuf = poisoned(x.shape, x.dtype)
-  run(lrn_pool.lrn_pool_bwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu), x, dy, idx, dx)
+  run(lrn_pool.lrn_pool_bwd_launch(*lrn_args, pool_size, stride, x.dtype.name, relu, **launch), x, dy, idx, dx)
   for buf in (ybuf, ibuf, dbuf):
     untouched(buf)
   return y, idx, dx
@@ -345,6 +347,22 @@ def test_lrn_pool_is_the_pool_of_the_lrn(shape, groups, size, pool_size, stride,
   assert np.isfinite(dx).all()
   tol = TOL[dtype]
   np.testing.assert_allclose(dx, want_dx, rtol=tol["rtol"], atol=tol["atol"] * np.abs(want_dx).max())
+
+
+def test_a_walk_unrolled_over_channels_computes_the_loop_s_values():
+  """unroll (what tune_kernels.py times): the same values from each kernel, a group's 7 channels in chunks of 2 or 3
+  walked 2 or 3 at a time, remainders included; compiled, tests/test_gpu_kernels.py compares the bits."""
+  rng = np.random.default_rng(6)
+  x = (rng.normal(size=(14, 9, 9, 3)) * 40).astype(np.float32)
+  dy = rng.normal(size=x.shape).astype(np.float32)
+  lrn_args = (2, 5, 2.0, 1e-4, 0.75)
+  dp = np.ascontiguousarray(dy[:, :4, :4])  # the pooled gradient, 4×4 from 9×9
+  want = run_lrn(x, dy, *lrn_args, True, chunks=3) + run_lrn_pool(x, dp, *lrn_args, 3, 2, True, chunks=3)
+  for unroll, chunks in ((2, 3), (3, 2)):
+    got = (run_lrn(x, dy, *lrn_args, True, chunks=chunks, unroll=unroll)
+           + run_lrn_pool(x, dp, *lrn_args, 3, 2, True, chunks=chunks, unroll=unroll))
+    for a, b in zip(got, want):
+      np.testing.assert_array_equal(a, b)
 
 
 def test_lrn_pool_launch_refuses_a_window_larger_than_the_map():

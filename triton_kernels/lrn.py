@@ -87,7 +87,7 @@ def chunk(BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CG: tl.constexpr):
 @triton.jit
 def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
                    K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr,
-                   CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
+                   CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr, UNROLL: tl.constexpr):
   CG: tl.constexpr = C // GROUPS
   BEFORE: tl.constexpr = SIZE // 2  # window of c: [c − BEFORE, c + AFTER]
   AFTER: tl.constexpr = (SIZE - 1) // 2
@@ -100,7 +100,7 @@ def lrn_fwd_kernel(x_ptr, y_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.co
   xs = (zero,) * SIZE  # channels [c − BEFORE, c + AFTER] of the output channel c
   for i in tl.static_range(SIZE - 1):
     xs = xs[1:] + (channel_input(x_ptr, c0 - BEFORE + i, live, CG, P, RELU),)
-  for c in range(c0, tl.minimum(c0 + ch, CG)):
+  for c in tl.range(c0, tl.minimum(c0 + ch, CG), loop_unroll_factor=UNROLL):
     xs = xs[1:] + (channel_input(x_ptr, c + AFTER, live, CG, P, RELU),)
     s = denominator(xs, K, ALPHA, SIZE)
     tl.store(y_ptr + c * P, (xs[BEFORE] * power(s, -BETA, FAST_LOG2)).to(y_ptr.dtype.element_ty), mask=live)
@@ -135,8 +135,9 @@ def _shares(xs, g, j, CG: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALP
 @triton.jit
 def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                  SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr, POOL: tl.constexpr,
-                 POOL_STRIDE: tl.constexpr, W: tl.constexpr, N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr):
+                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr, UNROLL: tl.constexpr,
+                 POOL: tl.constexpr, POOL_STRIDE: tl.constexpr, W: tl.constexpr, N: tl.constexpr, OH: tl.constexpr,
+                 OW: tl.constexpr):
   """The backward of the LRN, or with POOL > 0 (the pool's window side and stride) of the LRN and the max-pool after
   it: dy is then the pool's gradient, (C, OH, OW, N), and idx_ptr its choices (_gradient)."""
   # dx[c] = g[c] − 2·ALPHA·BETA·x[c]·Σ_j g[j]·x[j]/s[j] over the j whose window holds c, g = dy·s^−BETA. Those j are
@@ -169,7 +170,7 @@ def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexp
     g, term = _shares(xs, dy, e - AFTER, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
     gs = gs[1:] + (g,)
     terms = terms[1:] + (term,)
-  for c in range(c0, tl.minimum(c0 + ch, CG)):
+  for c in tl.range(c0, tl.minimum(c0 + ch, CG), loop_unroll_factor=UNROLL):
     xs = xs[1:] + (channel_input(x_ptr, c + SIZE - 1, live, CG, P, RELU),)
     dy = _gradient(dy_ptr, idx_ptr, c + BEFORE, live, hwn, CG, P, OH, OW, N, POOL, POOL_STRIDE)
     g, term = _shares(xs, dy, c + BEFORE, CG, SIZE, K, ALPHA, BETA, FAST_LOG2)
@@ -184,44 +185,52 @@ def lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexp
 @triton.jit
 def lrn_bwd_kernel(x_ptr, dy_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                    SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
-                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr):
+                   BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr, UNROLL: tl.constexpr):
   lrn_bwd_walk(x_ptr, dy_ptr, dy_ptr, dx_ptr, C, P, GROUPS, SIZE, K, ALPHA, BETA, RELU, BLOCK, CHUNKS, FAST_LOG2,
-               0, 1, 1, 1, 1, 1)
+               UNROLL, 0, 1, 1, 1, 1, 1)
 
 
 def launch(kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, programs, chunks, positions=None,
-           **constexprs) -> Launch:
+           unroll=None, **constexprs) -> Launch:
   """The grid of an LRN's walk down the channels: blocks of `positions` (default H·W·N) times channel chunks (a
-  rule's, up to `programs` programs, or `chunks`), times groups."""
+  rule's, up to `programs` programs, or `chunks`), times groups. unroll: channels a pass of the walk's loop (default
+  1): each shift of the window's registers is then a renaming, not a copy (tune_kernels.py times it)."""
   c, h, w, n = shape
   check_dtype("lrn", dtype_name)
   if groups < 1 or c % groups or size < 1:
     raise ValueError(f"lrn: {c} channels, {groups} groups, window {size}")
   if c * h * w * n >= 2**31:
     raise ValueError("lrn: offsets are int32; split the batch")
+  if unroll is not None and unroll < 1:
+    raise ValueError(f"lrn: unroll {unroll} must be at least 1")
   p = h * w * n
   blocks = triton.cdiv(positions or p, block)
   if chunks is None:
     chunks = min(MAX_CHUNKS, triton.cdiv(programs, blocks * groups))
   chunks = max(1, min(chunks, c // groups))
   constexprs = dict(C=c, P=p, GROUPS=groups, SIZE=size, K=float(k), ALPHA=float(alpha), BETA=float(beta),
-                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks,
+                    RELU=bool(relu), BLOCK=block, CHUNKS=chunks, UNROLL=unroll or 1,
                     FAST_LOG2=os.environ.get("TRITON_INTERPRET") != "1", **constexprs)
   return Launch(kernel, grid=(blocks * chunks, groups), constexprs=constexprs, num_warps=NUM_WARPS)
 
 
 def lrn_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+                   relu: bool = False, block: int | None = None, chunks: int | None = None,
+                   unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); grid (position blocks × channel chunks, groups). relu: normalise ReLU(x) (the conv
   before it leaves its ReLU to this kernel). block (positions per program, a power of two) and chunks (programs per
-  group's channels) override the rule: one 16-byte vector per thread, chunks until the grid has FWD_PROGRAMS."""
+  group's channels) and unroll (launch's) override the rule: one 16-byte vector per thread, chunks until the grid
+  has FWD_PROGRAMS."""
   block = block or 32 * NUM_WARPS * vector(dtype_name)
-  return launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks)
+  return launch(lrn_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, FWD_PROGRAMS, chunks,
+                unroll=unroll)
 
 
 def lrn_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, dtype_name: str,
-                   relu: bool = False, block: int | None = None, chunks: int | None = None) -> Launch:
+                   relu: bool = False, block: int | None = None, chunks: int | None = None,
+                   unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); the forward's grid; relu as the forward's, its gradient included. The rule: four
   elements per thread (x, dy and the window's state of each in registers), chunks until the grid has BWD_PROGRAMS."""
   block = block or 4 * 32 * NUM_WARPS
-  return launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks)
+  return launch(lrn_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block, BWD_PROGRAMS, chunks,
+                unroll=unroll)

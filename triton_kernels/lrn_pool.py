@@ -43,7 +43,7 @@ def lrn_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, P: tl.constexpr,
                         N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, GROUPS: tl.constexpr, SIZE: tl.constexpr,
                         K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr, RELU: tl.constexpr,
                         POOL: tl.constexpr, STRIDE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
-                        FAST_LOG2: tl.constexpr):
+                        FAST_LOG2: tl.constexpr, UNROLL: tl.constexpr):
   # A program owns BLOCK outputs of one pooled plane (consecutive images at a few windows: loads coalesce) and walks
   # down a chunk of its group's channels, holding the last SIZE channels of its windows' elements in registers.
   CG: tl.constexpr = C // GROUPS
@@ -61,7 +61,7 @@ def lrn_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, P: tl.constexpr,
   xs = (tl.zeros([BLOCK], tl.float32),) * (SIZE * POOL * POOL)
   for i in tl.static_range(SIZE - 1):
     xs = _shift(xs, x_ptr, c0 - BEFORE + i, live, CG, P, W, N, SIZE, POOL, RELU)
-  for c in range(c0, tl.minimum(c0 + ch, CG)):
+  for c in tl.range(c0, tl.minimum(c0 + ch, CG), loop_unroll_factor=UNROLL):
     xs = _shift(xs, x_ptr, c + AFTER, live, CG, P, W, N, SIZE, POOL, RELU)
     best = tl.zeros([BLOCK], tl.float32)
     arg = tl.zeros([BLOCK], tl.int32)
@@ -83,10 +83,10 @@ def lrn_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, C: tl.constexpr, P: tl.constexpr,
 def lrn_pool_bwd_kernel(x_ptr, dy_ptr, idx_ptr, dx_ptr, C: tl.constexpr, P: tl.constexpr, GROUPS: tl.constexpr,
                         SIZE: tl.constexpr, K: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
                         RELU: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FAST_LOG2: tl.constexpr,
-                        POOL: tl.constexpr, STRIDE: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
-                        OH: tl.constexpr, OW: tl.constexpr):
+                        UNROLL: tl.constexpr, POOL: tl.constexpr, STRIDE: tl.constexpr, W: tl.constexpr,
+                        N: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr):
   lrn.lrn_bwd_walk(x_ptr, dy_ptr, idx_ptr, dx_ptr, C, P, GROUPS, SIZE, K, ALPHA, BETA, RELU, BLOCK, CHUNKS,
-                   FAST_LOG2, POOL, STRIDE, W, N, OH, OW)
+                   FAST_LOG2, UNROLL, POOL, STRIDE, W, N, OH, OW)
 
 
 def _check(shape, pool: int, stride: int):
@@ -98,27 +98,28 @@ def _check(shape, pool: int, stride: int):
 
 def lrn_pool_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, pool: int, stride: int,
                         dtype_name: str, relu: bool = False, block: int | None = None,
-                        chunks: int | None = None) -> Launch:
+                        chunks: int | None = None, unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); size, k, alpha, beta the LRN's (lrn.py), pool and stride the max-pool's. Grid
   (output blocks × channel chunks, groups). The rule: one output per thread (each holds SIZE·POOL² values); a grid
-  of FWD_PROGRAMS or more as it is, a smaller one with each group's channels split lrn.MAX_CHUNKS ways. block and
-  chunks override it."""
+  of FWD_PROGRAMS or more as it is, a smaller one with each group's channels split lrn.MAX_CHUNKS ways. block,
+  chunks and unroll (lrn.launch's) override it."""
   _, h, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
   block = block or 32 * lrn.NUM_WARPS
   if chunks is None:
     chunks = 1 if triton.cdiv(oh * ow * n, block) * groups >= FWD_PROGRAMS else lrn.MAX_CHUNKS
   return lrn.launch(lrn_pool_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block,
-                    None, chunks, positions=oh * ow * n, H=h, W=w, N=n, OH=oh, OW=ow, POOL=pool, STRIDE=stride)
+                    None, chunks, positions=oh * ow * n, unroll=unroll, H=h, W=w, N=n, OH=oh, OW=ow, POOL=pool,
+                    STRIDE=stride)
 
 
 def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, pool: int, stride: int,
                         dtype_name: str, relu: bool = False, block: int | None = None,
-                        chunks: int | None = None) -> Launch:
+                        chunks: int | None = None, unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); the LRN's backward grid and rule (lrn.lrn_bwd_launch): four positions a thread ran
   fastest here too, for all their registers (docs/BENCHMARKS.md)."""
   _, _, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
   return lrn.launch(lrn_pool_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name,
-                    block or 4 * 32 * lrn.NUM_WARPS, lrn.BWD_PROGRAMS, chunks, W=w, N=n, OH=oh, OW=ow, POOL=pool,
-                    STRIDE=stride)
+                    block or 4 * 32 * lrn.NUM_WARPS, lrn.BWD_PROGRAMS, chunks, unroll=unroll, W=w, N=n, OH=oh,
+                    OW=ow, POOL=pool, STRIDE=stride)

@@ -1,6 +1,6 @@
 """What a kernel primitive's Triton kernel compiles to for a GPU, on a machine without one: its registers, spills,
-shared memory, the widths of its global loads and stores, and its tensor-core instructions, read from the machine
-code (SASS) that Triton's own ptxas and nvdisasm produce. What a profile cannot say of a slow kernel, and what its
+shared memory, the widths of its global loads and stores, its tensor-core instructions and its loops' instructions,
+read from the machine code (SASS) that Triton's own ptxas and nvdisasm produce. What a profile cannot say of a slow kernel, and what its
 docstring promises (16-byte vectors a thread, tensor cores for 16-bit inputs), checked without the GPU.
 
 The kernel is compiled as jax-triton compiles it for the primitive's lowering: the same launch (`KernelSpec.launch`),
@@ -30,6 +30,7 @@ class KernelCode:
   shared_bytes: int  # a program's (Triton's pipeline buffers)
   memory: dict  # each global load and store opcode of the code (e.g. 'LDG.E.128', 'STG.E.U16') → how often it occurs
   mma: int  # tensor-core instructions (Hopper's warpgroup HGMMA, or HMMA)
+  loops: tuple  # each loop's body, in order: (instructions, of them register copies (MOV, IMAD.MOV))
 
   def widest(self, op: str) -> int:
     """The widest access in bits of the opcodes starting `op` ('LDG', 'STG'); 0 where there are none."""
@@ -81,7 +82,16 @@ def read_cubin(name: str, cubin: bytes, shared_bytes: int) -> KernelCode:
     sass = subprocess.run([os.path.join(tools, "nvdisasm"), f.name], capture_output=True, text=True,
                           check=True).stdout
   resources = dict(re.findall(r"\b(REG|LOCAL):(\d+)", usage))
-  opcodes = [m.group(1) for m in re.finditer(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)", sass, re.M)]
+  opcodes, labels, loops = [], {}, []
+  for line in sass.splitlines():
+    if label := re.match(r"\s*\.(L_x_\d+):", line):
+      labels[label.group(1)] = len(opcodes)
+    elif instruction := re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)(.*)", line):
+      opcodes.append(instruction.group(1))
+      target = re.search(r"`\(\.(L_x_\d+)\)", instruction.group(2))
+      if opcodes[-1].startswith("BRA") and target and labels.get(target.group(1), len(opcodes)) < len(opcodes) - 1:
+        body = opcodes[labels[target.group(1)]:]  # a branch back (not the exit's branch to itself): a loop's body
+        loops.append((len(body), sum(o.startswith(("MOV", "IMAD.MOV")) for o in body)))
   return KernelCode(name, int(resources["REG"]), int(resources["LOCAL"]), shared_bytes,
                     dict(collections.Counter(o for o in opcodes if re.match(r"(LDG|LDGSTS|STG)\.", o))),
-                    sum(o.startswith(("HGMMA", "HMMA")) for o in opcodes))
+                    sum(o.startswith(("HGMMA", "HMMA")) for o in opcodes), tuple(loops))

@@ -53,8 +53,8 @@ def lrn_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n=False, g
 
 
 def _fwd_launch(x, *, groups, n, k, alpha, beta, relu, launch=()):
-  """launch: (name, value) pairs overriding the kernel's launch rule (block, chunks), as scripts/dev/tune_kernels.py
-  times them; the network passes none."""
+  """launch: (name, value) pairs overriding the kernel's launch rule (block, chunks, unroll), as
+  scripts/dev/tune_kernels.py times them; the network passes none."""
   return triton_kernels().lrn.lrn_fwd_launch(x.shape, groups, n, k, alpha, beta, x.dtype.name, relu, **dict(launch))
 
 

@@ -28,8 +28,8 @@ def lrn_max_pool_reference(x, *, k=2.0, n=5, alpha=1e-4, beta=0.75, alpha_over_n
 
 
 def _fwd_launch(x, *, groups, n, k, alpha, beta, relu, size, stride, launch=()):
-  """launch: (name, value) pairs overriding the kernel's launch rule (block, chunks), as scripts/dev/tune_kernels.py
-  times them; the network passes none."""
+  """launch: (name, value) pairs overriding the kernel's launch rule (block, chunks, unroll), as
+  scripts/dev/tune_kernels.py times them; the network passes none."""
   return triton_kernels().lrn_pool.lrn_pool_fwd_launch(x.shape, groups, n, k, alpha, beta, size, stride,
                                                        x.dtype.name, relu, **dict(launch))
 

@@ -1,6 +1,7 @@
 """Every Triton kernel of a network's step on one device, compiled for a GPU (Hopper by default) on this machine, which
-needs none: registers, local memory (spills), shared memory, the widest global load and store a thread makes, and
-the tensor-core instructions (alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a
+needs none: registers, local memory (spills), shared memory, the widest global load and store a thread makes, the
+tensor-core instructions, and the instructions of its longest loop's body and the register copies among them
+(alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a
 profile says one is slow.
 
   TRITON_INTERPRET=0 python3 scripts/dev/kernel_code.py --config configs/alexnet_1gpu.py [--batch 512]
@@ -83,13 +84,15 @@ def main(argv):
   table = network_table(config, config.dataset.num_classes or 1000)
   rows = []
   print(f"{args.dtype}, batch {args.batch}, compute capability {args.arch / 10:.1f}")
-  print(f"{'layer':8} {'kernel':22} {'regs':>5} {'local':>6} {'shared':>7} {'load':>5} {'store':>5} {'mma':>4}")
+  print(f"{'layer':8} {'kernel':22} {'regs':>5} {'local':>6} {'shared':>7} {'load':>5} {'store':>5} {'mma':>4} "
+        f"{'loop':>5} {'copies':>6}")
   for name, primitive, avals, params in calls(table, config.image_size, args.batch, jnp.dtype(args.dtype)):
     code = compiled(primitive, *avals, arch=args.arch, **params)
     rows.append(dict(layer=name, **dataclasses.asdict(code), load_bits=code.widest("LDG"),
                      store_bits=code.widest("STG")))
+    loop, copies = max(code.loops, default=(0, 0))
     print(f"{name:8} {code.kernel:22} {code.registers:5} {code.local_bytes:6} {code.shared_bytes:7} "
-          f"{code.widest('LDG'):5} {code.widest('STG'):5} {code.mma:4}", flush=True)
+          f"{code.widest('LDG'):5} {code.widest('STG'):5} {code.mma:4} {loop:5} {copies:6}", flush=True)
   if args.json:
     with open(args.json, "w") as f:
       json.dump(dict(dtype=args.dtype, batch=args.batch, arch=args.arch, rows=rows), f, indent=1)

@@ -90,12 +90,11 @@ def device_convs(table, image_size: int, batch: int, placements) -> list[tuple[s
 def map_candidates(kernel: str, group_channels: int):
   """Launches worth timing, the rule first (no overrides), as (name, value) pairs of the launch function's keywords:
   LRN 256–2048 positions per program × 1–6 chunks of each group's channels (an LRN and its pool as one: 128–1024
-  pooled outputs or positions); pool 1–16 elements per thread × 2, 4 or 8 warps."""
-  if kernel.startswith("lrn_pool"):
-    grid = [(("block", b), ("chunks", c)) for b in (128, 256, 512, 1024) for c in (1, 2, 3, 4, 6)
-            if c <= group_channels]
-  elif kernel.startswith("lrn"):
-    grid = [(("block", b), ("chunks", c)) for b in (256, 512, 1024, 2048) for c in (1, 2, 3, 4, 6)
+  pooled outputs or positions) × the walk's loop unrolled 1, 2 or 4 channels a pass; pool 1–16 elements per thread
+  × 2, 4 or 8 warps."""
+  if kernel.startswith("lrn"):
+    blocks = (128, 256, 512, 1024) if kernel.startswith("lrn_pool") else (256, 512, 1024, 2048)
+    grid = [(("block", b), ("chunks", c), ("unroll", u)) for b in blocks for c in (1, 2, 3, 4, 6) for u in (1, 2, 4)
             if c <= group_channels]
   else:
     grid = [(("per_thread", p), ("num_warps", w)) for p in (1, 2, 4, 8, 16) for w in (2, 4, 8)]
