@@ -1,7 +1,8 @@
 """What a kernel primitive's Triton kernel compiles to for a GPU, on a machine without one: its registers, spills,
 shared memory, the widths of its global loads and stores, its tensor-core instructions and its loops' instructions,
-read from the machine code (SASS) that Triton's own ptxas and nvdisasm produce. What a profile cannot say of a slow kernel, and what its
-docstring promises (16-byte vectors a thread, tensor cores for 16-bit inputs), checked without the GPU.
+read from the machine code (SASS) that Triton's own ptxas and nvdisasm produce. What a profile cannot say of a slow
+kernel, and what its docstring promises (16-byte vectors a thread, tensor cores for 16-bit inputs), checked without
+the GPU.
 
 The kernel is compiled as jax-triton compiles it for the primitive's lowering: the same launch (`KernelSpec.launch`),
 every pointer 16-byte aligned (XLA's buffers are, and jax-triton says so to Triton), the operands in the dtypes the
@@ -13,6 +14,7 @@ import dataclasses
 import os
 import re
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -69,8 +71,6 @@ def compiled(primitive: KernelPrimitive, *avals, arch: int = HOPPER, **params) -
 
 def read_cubin(name: str, cubin: bytes, shared_bytes: int) -> KernelCode:
   """KernelCode of a compiled kernel, through the CUDA tools that Triton's NVIDIA backend carries."""
-  import tempfile  # noqa: PLC0415
-
   import triton.backends.nvidia  # noqa: PLC0415
 
   tools = os.path.join(os.path.dirname(triton.backends.nvidia.__file__), "bin")

@@ -1,15 +1,14 @@
 """Every Triton kernel of a network's step on one device, compiled for a GPU (Hopper by default) on this machine, which
 needs none: registers, local memory (spills), shared memory, the widest global load and store a thread makes, the
 tensor-core instructions, and the instructions of its longest loop's body and the register copies among them
-(alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a
-profile says one is slow.
+(alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a profile says one is slow.
 
   TRITON_INTERPRET=0 python3 scripts/dev/kernel_code.py --config configs/alexnet_1gpu.py [--batch 512]
       [--dtype bfloat16] [--arch 90] [--json OUT.json]
 
 Each conv layer's three directions (the first has no data gradient) with the launch its table gives; each LRN (with
-the conv's ReLU, the layer's constants), as one op with the max-pool after it where there is one; every other max-pool;
-the launch rules' own blocks.
+the conv's ReLU, the layer's constants), as one op with the max-pool after it where there is one; every other
+max-pool; the launch rules' own blocks.
 """
 
 import dataclasses
