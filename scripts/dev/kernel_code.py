@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from alexnet_jax import cli
 from alexnet_jax.measure.kernel_shapes import grouped_convs, grouped_maps
@@ -98,4 +98,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, required=["config"])
