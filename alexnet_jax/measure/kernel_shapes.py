@@ -77,6 +77,16 @@ def grouped_maps(table: Table, image_size: int = 224, batch: int = 128) -> dict[
           for layer, blocks in zip(table.layers, table.tower_blocks()) if kind_of(layer).op}
 
 
+def pool_after(table: Table) -> dict[str, Layer]:
+  """The max-pool right after a layer, by the layer's name: what an LRN runs with as one op (ops.lrn_max_pool)."""
+  return {a.name: b for a, b in zip(table.layers, table.layers[1:]) if b.kind == "pool"}
+
+
+def first_conv(table: Table) -> str:
+  """The name of the conv layer that reads the images: its data gradient is never computed."""
+  return next(layer.name for layer in table.layers if layer.kind == "conv")
+
+
 def alexnet_convs(batch: int = 128) -> list[ConvShape]:
   """One tower's share of each conv layer (conv3 reads both towers' 256 maps)."""
   return tower_convs(alexnet(), 224, batch)

@@ -19,7 +19,7 @@ import sys
 from absl import flags
 
 from alexnet_jax import cli
-from alexnet_jax.measure.kernel_shapes import grouped_convs, grouped_maps
+from alexnet_jax.measure.kernel_shapes import first_conv, grouped_convs, grouped_maps, pool_after
 
 cli.define_config("a configs/*.py file: its network (and image size)")
 flags.DEFINE_integer("batch", 128, "images on the device")
@@ -38,7 +38,7 @@ def calls(table, image_size: int, batch: int, dtype):
   from triton_kernels.launch import pooled_shape  # noqa: PLC0415
 
   s = jax.ShapeDtypeStruct
-  first = next(layer.name for layer in table.layers if layer.kind == "conv")
+  first = first_conv(table)
   for c in grouped_convs(table, image_size, batch):
     geometry = dict(stride=c.stride, padding=c.padding, groups=c.groups, precision=dot_precision(dtype))
     x, w, (dy,) = s(c.x, dtype), s(c.w, dtype), conv.CONV_FWD.spec.outputs(s(c.x, dtype), s(c.w, dtype), None,
@@ -47,14 +47,14 @@ def calls(table, image_size: int, batch: int, dtype):
     if c.name != first:
       yield c.name, conv.CONV_DGRAD, (dy, w), dict(x_shape=c.x, **geometry)
     yield c.name, conv.CONV_WGRAD, (x, dy), dict(w_shape=c.w, **geometry)
-  pool_after = {a.name: b for a, b in zip(table.layers, table.layers[1:]) if b.kind == "pool"}
-  after_lrn = {pool_after[a.name].name for a in table.layers if a.kind == "lrn" and a.name in pool_after}
+  pools = pool_after(table)
+  after_lrn = {pools[a.name].name for a in table.layers if a.kind == "lrn" and a.name in pools}
   for layer, shape, groups in grouped_maps(table, image_size, batch).values():
     x = s(shape, dtype)
     if layer.kind == "lrn":
       params = dict(groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True)
-      if layer.name in pool_after:
-        window = dict(size=pool_after[layer.name].size, stride=pool_after[layer.name].stride)
+      if layer.name in pools:
+        window = dict(size=pools[layer.name].size, stride=pools[layer.name].stride)
         pooled = s(pooled_shape(shape, **window), dtype)
         yield layer.name, lrn_pool.LRN_POOL_FWD, (x,), dict(params, **window)
         yield layer.name, lrn_pool.LRN_POOL_BWD, (x, pooled, s(pooled.shape, jnp.int8)), dict(params, **window)

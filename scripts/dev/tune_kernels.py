@@ -25,7 +25,8 @@ import time
 from absl import flags
 
 from alexnet_jax import cli
-from alexnet_jax.measure.kernel_shapes import ConvShape, grouped_convs, grouped_maps, tower_convs, tower_maps
+from alexnet_jax.measure.kernel_shapes import (ConvShape, first_conv, grouped_convs, grouped_maps, pool_after,
+                                               tower_convs, tower_maps)
 
 cli.define_config("a configs/*.py file: its network (and image size)")
 flags.DEFINE_integer("batch", 512, "images per device")
@@ -116,14 +117,13 @@ def jobs_for(table, image_size, args):
   """[(kernel, key, [(placement, layer)], shape, tiles)] in a stable order, one per distinct key and candidate."""
   from triton_kernels import conv  # noqa: PLC0415
 
-  pool_after = {a.name: b for a, b in zip(table.layers, table.layers[1:]) if b.kind == "pool"}
-  first_conv = next(layer.name for layer in table.layers if layer.kind == "conv")
+  pools, first = pool_after(table), first_conv(table)
   found = {}
   for placement, s in device_convs(table, image_size, args.batch, args.placements):
     if args.layers and s.name not in args.layers:
       continue
     for kernel in (k for k in args.kernels if k in CONV_KERNELS):
-      if kernel == "dgrad" and s.name == first_conv:
+      if kernel == "dgrad" and s.name == first:
         continue
       key = conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups)
       found.setdefault(key, (kernel, s, []))[2].append(f"{s.name} {placement}")
@@ -132,10 +132,10 @@ def jobs_for(table, image_size, args):
       continue
     for kernel in (k for k in args.kernels if k.split("_")[0] == layer.kind):
       fused = kernel.startswith("lrn_pool")  # an LRN and the pool after it, as the network runs them
-      if fused and layer.name not in pool_after:
+      if fused and layer.name not in pools:
         continue
       key = (kernel, *shape, groups)
-      job = (layer, shape, groups, pool_after[layer.name] if fused else None)
+      job = (layer, shape, groups, pools[layer.name] if fused else None)
       found.setdefault(key, (kernel, job, []))[2].append(f"{layer.name} {placement}")
   jobs = []
   for key, (kernel, s, names) in found.items():
