@@ -4,7 +4,7 @@ the best of a grid of launches (what the rules' constants are to be checked agai
 
   python scripts/dev/tune_kernels.py --config configs/alexnet_2gpu.py [--batch 512] [--dtype bfloat16] [--workers 8]
       [--kernels fwd,dgrad,wgrad,lrn_fwd,lrn_bwd,pool_fwd,pool_bwd,lrn_pool_fwd,lrn_pool_bwd] [--layers conv1,lrn1]
-      [--placements split,one] [--wgrad_columns 8192,16384] [--json OUT.json]
+      [--placements split,one] [--wgrad_columns 8192,16384] [--min_tile 16384] [--json OUT.json]
 
 Every conv, LRN and pool layer of the config's network as a device runs it (`split`: one tower a device; `one`: every
 tower on one device), once per distinct key. Each candidate (the rule's first) is compiled, checked against the
@@ -39,6 +39,8 @@ flags.DEFINE_list("placements", ["split", "one"], "split: a tower per device; on
 flags.DEFINE_integer("workers", 8, "processes compiling candidates in parallel")
 flags.DEFINE_list("wgrad_columns", [], "filter gradient: reduction columns per program to try beside the rule's "
                   "(e.g. 8192,16384)")
+flags.DEFINE_integer("min_tile", 0, "conv tiles of at least this many output elements (rows × cols) only: e.g. "
+                     "16384 for layers whose outputs fill the GPU many times over, as VGG's do")
 flags.DEFINE_integer("max_candidates", 0, "try only the first N candidates of each kernel (0: all)")
 flags.DEFINE_integer("calls", 20, "calls timed back to back per round")
 flags.DEFINE_integer("rounds", 5, "rounds; the median counts")
@@ -48,12 +50,12 @@ flags.DEFINE_string("json", None, "write every candidate's row here")
 MAX_ERROR = 2.0 ** -6
 
 
-def candidates(kernel: str, shape: ConvShape, wgrad_columns=()):
+def candidates(kernel: str, shape: ConvShape, wgrad_columns=(), min_tile=0):
   """Tiles worth timing, the rule of thumb first: output tiles of 32–256 rows by 32–256 columns (no larger than the
-  layer's rows need), reduction steps of 32 or 64, 3 or 4 pipeline stages, 8 warps for the 128×256 tiles and both 4
-  and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per warp group. The filter gradient's tiles
-  also with each of `wgrad_columns` reduction columns per program (fewer float32 partial sums for the caller to add
-  up, and fewer programs), beside the rule's."""
+  layer's rows need, and of at least `min_tile` elements), reduction steps of 32 or 64, 3 or 4 pipeline stages, 8
+  warps for the 128×256 tiles and both 4 and 8 for 128×128. Hopper's tensor cores (wgmma) want 64-row multiples per
+  warp group. The filter gradient's tiles also with each of `wgrad_columns` reduction columns per program (fewer
+  float32 partial sums for the caller to add up, and fewer programs), beside the rule's."""
   from triton_kernels import conv  # noqa: PLC0415  (Triton reads TRITON_INTERPRET when first imported)
 
   args = (shape.x, shape.w, shape.stride, shape.padding, shape.groups)
@@ -66,7 +68,7 @@ def candidates(kernel: str, shape: ConvShape, wgrad_columns=()):
     for cols in (32, 64, 128, 256):
       if rows > max(32, 2 * rows_needed - 1) or cols > max(32, 2 * cols_needed - 1) or rows * cols > 128 * 256:
         continue
-      if rows * cols < 64 * 64 or (kernel != "wgrad" and cols < 64):
+      if rows * cols < max(64 * 64, min_tile) or (kernel != "wgrad" and cols < 64):
         continue
       for depth in (32, 64):
         for stages in (3, 4):
@@ -139,7 +141,7 @@ def jobs_for(table, image_size, args):
       found.setdefault(key, (kernel, job, []))[2].append(f"{layer.name} {placement}")
   jobs = []
   for key, (kernel, s, names) in found.items():
-    tiles = (candidates(kernel, s, tuple(map(int, args.wgrad_columns))) if kernel in CONV_KERNELS
+    tiles = (candidates(kernel, s, tuple(map(int, args.wgrad_columns)), args.min_tile) if kernel in CONV_KERNELS
              else map_candidates(kernel, s[1][0] // s[2]))
     for i, t in enumerate(tiles[:args.max_candidates or None]):
       jobs.append(dict(kernel=kernel, key=key, layers=names, shape=s, tiles=t, rule=i == 0))
