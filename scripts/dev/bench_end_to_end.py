@@ -13,8 +13,10 @@ decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: b
 cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
 next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
 (1 − f)), where the feed's thread and the host cache's copies and puts spent their time, and how many ImageNet images
-the device cache would hold). The end-to-end rows time --steps steps after the batches built ahead during start-up
-are used up.
+the device cache would hold). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
+after start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a
+full pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row
+says how large a store would be.
 """
 
 import collections
@@ -37,6 +39,12 @@ from alexnet_jax.data.input import batch_placer
 from alexnet_jax.data.pipeline import BATCHES_AHEAD
 from alexnet_jax.data.device_batches import BatchLayout, random_batch
 from alexnet_jax.training import loop, train
+
+
+def built_ahead(workers: int) -> int:
+  """Batches that can stand decoded and waiting when a window opens: in each worker process, the batches under way
+  (BATCHES_AHEAD) and Grain's one finished; the feed's, put (IN_FLIGHT) and ready (AHEAD)."""
+  return (BATCHES_AHEAD + 1) * max(1, workers) + IN_FLIGHT + AHEAD
 
 
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
@@ -136,11 +144,20 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
                           device_slots=round(on_devices * dataset.num_train))
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
-    warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2, rule.fill_end // batch + 1
-    for _ in range(warm):
+    warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers), rule.fill_end // batch + 1
+    for _ in range(warm):  # start-up (the workers' first batches, compiles), then the batches built ahead meanwhile
       jax.block_until_ready(step(next(feed)[0]))
-    timed = filled - warm - 1  # the first epoch's steps after start-up (none in a store of a few batches)
-    first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1) if timed > 0 else None  # noqa: B023
+    timed = filled - warm - 1  # the first epoch's steps left
+    first = None
+    if timed >= 3 * built_ahead(workers):
+      first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1)  # noqa: B023
+    else:
+      print(f"{text}: the first epoch is not timed: {max(0, timed)} of its steps are left after start-up, fewer than "
+            f"{3 * built_ahead(workers)}; it needs a store of at least "
+            f"{(warm + 1 + 3 * built_ahead(workers)) * batch / max(fraction, 1e-3):,.0f} images at batch {batch}",
+            flush=True)
+      for _ in range(max(0, timed)):
+        jax.block_until_ready(step(next(feed)[0]))
     for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
     before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
@@ -212,7 +229,7 @@ def main(argv):
     put = batch_placer(config, data, spread, config.image_size)
     feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
     decoding = put.seconds
-    for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2):  # start-up: workers' first batches, compile
+    for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers)):  # start-up, then built ahead
       jax.block_until_ready(step(next(feed)[0]))
     before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), batch, args.steps, windows=1)  # noqa: B023
