@@ -264,3 +264,19 @@ def test_tune_summary_times_the_table_s_tiles_where_a_key_is_tuned():
   assert run.returncode == 0, run.stderr[-2000:]
   (best,) = json.loads(run.stdout.strip().splitlines()[-1])
   assert (best["rule_ms"], best["table_ms"], best["best_ms"]) == (0.3, 0.2, 0.2) and best["best"] == list(fields)
+
+
+def test_gemm_peak_times_square_multiplies_and_refuses_a_size_that_is_not_one(tmp_path):
+  out = tmp_path / "gemm.json"
+  run = subprocess.run([sys.executable, "scripts/dev/gemm_peak.py", "--sizes=64,128", "--calls=2", "--rounds=2",
+                        f"--json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  result = json.loads(out.read_text())
+  assert [r["n"] for r in result["rows"]] == [64, 128] and result["platform"] == "cpu"
+  for r in result["rows"]:
+    assert r["ms"] > 0 and r["tflops"] == pytest.approx(2 * r["n"] ** 3 / r["ms"] / 1e9)
+    assert len(r["spread_ms"]) == 2 and min(r["spread_ms"]) <= r["ms"] <= max(r["spread_ms"])
+  run = subprocess.run([sys.executable, "scripts/dev/gemm_peak.py", "--sizes=0"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+  assert run.returncode != 0 and "Traceback" not in run.stderr
+  assert run.stderr.strip().splitlines()[-1] == "error: --sizes takes positive whole numbers, got 0"
