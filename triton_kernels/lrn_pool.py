@@ -20,10 +20,10 @@ from triton_kernels import lrn
 from triton_kernels.launch import Launch
 from triton_kernels.pool import pooled_shape
 
-# The forward's grid, tuned on one H200 at AlexNet's two LRN-pools at batch 512 (docs/BENCHMARKS.md;
-# scripts/dev/tune_kernels.py --kernels lrn_pool_fwd): lrn1's 5,832 programs of 128 outputs run unsplit, lrn2's
-# 1,352 split six ways.
-FWD_PROGRAMS = 4000
+# The forward's launch, tuned on one H200 at AlexNet's lrn1 at batch 128 and 512 (docs/BENCHMARKS.md;
+# scripts/dev/tune_kernels.py --kernels lrn_pool_fwd): each group's channels in three chunks, four channels a pass of
+# the walk, at both batches the fastest of 60 launches.
+FWD_CHUNKS, FWD_UNROLL = 3, 4
 
 
 @triton.jit
@@ -100,17 +100,15 @@ def lrn_pool_fwd_launch(shape, groups: int, size: int, k: float, alpha: float, b
                         dtype_name: str, relu: bool = False, block: int | None = None,
                         chunks: int | None = None, unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); size, k, alpha, beta the LRN's (lrn.py), pool and stride the max-pool's. Grid
-  (output blocks × channel chunks, groups). The rule: one output per thread (each holds SIZE·POOL² values); a grid
-  of FWD_PROGRAMS or more as it is, a smaller one with each group's channels split lrn.MAX_CHUNKS ways. block,
-  chunks and unroll (lrn.launch's) override it."""
+  (output blocks × channel chunks, groups). The rule: one output per thread (each holds SIZE·POOL² values), each
+  group's channels in FWD_CHUNKS chunks walked FWD_UNROLL channels a pass. block, chunks and unroll (lrn.launch's)
+  override it."""
   _, h, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
-  block = block or 32 * lrn.NUM_WARPS
-  if chunks is None:
-    chunks = 1 if triton.cdiv(oh * ow * n, block) * groups >= FWD_PROGRAMS else lrn.MAX_CHUNKS
-  return lrn.launch(lrn_pool_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name, block,
-                    None, chunks, positions=oh * ow * n, unroll=unroll, H=h, W=w, N=n, OH=oh, OW=ow, POOL=pool,
-                    STRIDE=stride)
+  return lrn.launch(lrn_pool_fwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name,
+                    block or 32 * lrn.NUM_WARPS, None, FWD_CHUNKS if chunks is None else chunks,
+                    positions=oh * ow * n, unroll=FWD_UNROLL if unroll is None else unroll, H=h, W=w, N=n, OH=oh,
+                    OW=ow, POOL=pool, STRIDE=stride)
 
 
 def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, beta: float, pool: int, stride: int,
