@@ -225,15 +225,16 @@ def test_bad_shapes_are_refused():
 
 def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
   from alexnet_jax.measure.kernel_shapes import grouped_convs, tower_convs  # noqa: PLC0415
-  from alexnet_jax.network.table import alexnet  # noqa: PLC0415
+  from alexnet_jax.network.table import alexnet, vgg16  # noqa: PLC0415
   from triton_kernels.conv_tiles import TUNED  # noqa: PLC0415
 
   assert TUNED
-  shapes = {n: tower_convs(alexnet(), 224, n) + grouped_convs(alexnet(), 224, n) for n in {k[1] for k in TUNED}}
+  shapes = {n: tower_convs(alexnet(), 224, n) + grouped_convs(alexnet(), 224, n) + grouped_convs(vgg16(), 224, n)
+            for n in {k[1] for k in TUNED}}
   for key, fields in TUNED.items():
     kernel, n = key[:2]
     match = [s for s in shapes[n] if conv.tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) == key]
-    assert match, f"{key} is no AlexNet layer as a device runs it"
+    assert match, f"{key} is no AlexNet or VGG-16 layer as a device runs it"
     s = match[0]
     assert conv.tiles_for(kernel, s.x, s.w, s.stride, s.padding, s.groups, "bfloat16") == conv.Tiles(*fields)
     # float32 keeps the rule of thumb: the tuned tiles may not fit its shared memory

@@ -11,8 +11,13 @@ Each entry is the fastest of ~20–60 candidates (scripts/dev/tune_kernels.py's 
 conv4 and conv5 entries at 512 (conv4's and conv5's where they beat the fallback tiles by more than 3 %) from
   python3 scripts/dev/tune_kernels.py --config configs/alexnet_1gpu.py --batch 512 --placements one
       --kernels fwd,dgrad,wgrad --layers conv4 --wgrad_columns 8192,16384 --workers 6   (and conv5; conv2's wgrad)
-The runs, with each candidate's time and the rule of thumb's: docs/results/tune_kernels_*_b{128,512,1024}.json and
-docs/results/tune_kernels_*_conv{2_wgrad_columns,4_one,5_one}_b512.json; docs/BENCHMARKS.md has the figures.
+VGG's conv1_2 and conv2_1 at 128 (where the best beat the rule of thumb by more than 10 %; the run timed the first
+layers before its time limit) from
+  python3 scripts/dev/tune_kernels.py --config configs/vgg16.py --batch 128 --placements one
+      --kernels fwd,dgrad,wgrad --min_tile 16384 --workers 14 --calls 10 --rounds 3
+The runs, with each candidate's time and the rule of thumb's: docs/results/tune_kernels_*_b{128,512,1024}.json,
+docs/results/tune_kernels_*_conv{2_wgrad_columns,4_one,5_one}_b512.json and tune_kernels_vgg16_*_b128.json;
+docs/BENCHMARKS.md has the figures.
 """
 
 
@@ -80,4 +85,7 @@ TUNED = {
     ("fwd", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (128, 128, 64, 8, 3, 4096),  # conv5 split
     ("dgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 256, 32, 4, 4, 4096),  # conv5 split
     ("wgrad", 1024, 192, 13, 13, 128, 3, 3, 1, 1, 1): (64, 128, 64, 4, 3, 4096),  # conv5 split
+    ("dgrad", 128, 64, 224, 224, 64, 3, 3, 1, 1, 1): (64, 256, 32, 4, 3, 4096),  # vgg conv1_2
+    ("fwd", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (128, 128, 32, 4, 4, 4096),  # vgg conv2_1
+    ("dgrad", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (64, 256, 64, 4, 4, 4096),  # vgg conv2_1
 }
