@@ -149,8 +149,10 @@ def jobs_for(table, image_size, args):
 
 
 def _map_function(kernel, dtype, mode, options, layer, shape, groups, pool):
-  """(function, random operands, bytes it moves) of one LRN or pool kernel (or of an LRN and its `pool` as one) with
-  launch overrides `options`."""
+  """(function, a maker of its random operands, bytes it moves) of one LRN or pool kernel (or of an LRN and its
+  `pool` as one) with launch overrides `options`."""
+  import math  # noqa: PLC0415
+
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 
@@ -160,35 +162,43 @@ def _map_function(kernel, dtype, mode, options, layer, shape, groups, pool):
   from triton_kernels.pool import pooled_shape  # noqa: PLC0415
 
   kx, kd = jax.random.split(jax.random.key(0))
-  x = (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
-  size = x.size * x.dtype.itemsize
+  itemsize = jnp.dtype(dtype).itemsize
+  size = math.prod(shape) * itemsize
+
+  def x():
+    return (jax.random.normal(kx, shape) * 30).astype(dtype)  # large enough to be normalised
 
   def pooled(window, stride):
-    """A pool's dy and int8 choices, and the bytes they (or y and the choices) move."""
-    dy = jax.random.normal(kd, pooled_shape(shape, window, stride), dtype)
-    idx = jax.random.randint(kd, dy.shape, 0, window * window).astype(jnp.int8)
-    return dy, idx, dy.size * (dy.dtype.itemsize + 1)
+    """A maker of a pool's dy and int8 choices, and the bytes they (or y and the choices) move."""
+    p_shape = pooled_shape(shape, window, stride)
+
+    def make():
+      return (jax.random.normal(kd, p_shape, dtype),
+              jax.random.randint(kd, p_shape, 0, window * window).astype(jnp.int8))
+
+    return make, math.prod(p_shape) * (itemsize + 1)
 
   if kernel.startswith("lrn"):  # with the ReLU of the conv before it, as AlexNet's LRNs run
     params = dict(mode=mode, groups=groups, n=layer.size, k=layer.k, alpha=layer.alpha, beta=layer.beta, relu=True,
                   launch=options)
   if kernel.startswith("lrn_pool"):
     params.update(size=pool.size, stride=pool.stride)
-    dy, idx, moved = pooled(pool.size, pool.stride)
+    dy_idx, moved = pooled(pool.size, pool.stride)
     if kernel == "lrn_pool_fwd":
-      return jax.jit(lambda x: LRN_POOL_FWD(x, **params)[0]), (x,), size + moved
-    return jax.jit(lambda x, dy, idx: LRN_POOL_BWD(x, dy, idx, **params)[0]), (x, dy, idx), 2 * size + moved
+      return jax.jit(lambda x: LRN_POOL_FWD(x, **params)[0]), lambda: (x(),), size + moved
+    return (jax.jit(lambda x, dy, idx: LRN_POOL_BWD(x, dy, idx, **params)[0]), lambda: (x(), *dy_idx()),
+            2 * size + moved)
   if kernel == "lrn_fwd":
-    return jax.jit(lambda x: LRN_FWD(x, **params)[0]), (x,), 2 * size
+    return jax.jit(lambda x: LRN_FWD(x, **params)[0]), lambda: (x(),), 2 * size
   if kernel == "lrn_bwd":
-    dy = jax.random.normal(kd, shape, dtype)
-    return jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]), (x, dy), 3 * size
+    return (jax.jit(lambda x, dy: LRN_BWD(x, dy, **params)[0]),
+            lambda: (x(), jax.random.normal(kd, shape, dtype)), 3 * size)
   params = dict(mode=mode, size=layer.size, stride=layer.stride, launch=options)
-  dy, idx, moved = pooled(layer.size, layer.stride)
+  dy_idx, moved = pooled(layer.size, layer.stride)
   if kernel == "pool_fwd":
-    return jax.jit(lambda x: POOL_FWD(x, **params)[0]), (x,), size + moved
-  return (jax.jit(lambda dy, idx: POOL_BWD(dy, idx, height=shape[1], width=shape[2], **params)[0]),
-          (dy, idx), size + moved)
+    return jax.jit(lambda x: POOL_FWD(x, **params)[0]), lambda: (x(),), size + moved
+  return (jax.jit(lambda dy, idx: POOL_BWD(dy, idx, height=shape[1], width=shape[2], **params)[0]), dy_idx,
+          size + moved)
 
 
 def chained(fn, calls: int, touch: int):
@@ -225,15 +235,18 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
   from triton_kernels import conv  # noqa: PLC0415
 
   def conv_function(kernel, s: ConvShape, tiles):
-    """(function, random operands, FLOPs) of one conv kernel with `tiles`."""
+    """(function, a maker of its random operands, FLOPs) of one conv kernel with `tiles`."""
     geometry = dict(mode=mode, stride=s.stride, padding=s.padding, groups=s.groups, precision=dot_precision(dtype),
                     tiles=tiles)
     kx, kw, kb, kd = jax.random.split(jax.random.key(0), 4)
     y_shape = jax.eval_shape(lambda x, w: ops_conv.conv2d_reference(x, w, stride=s.stride, padding=s.padding,
                                                                     groups=s.groups),
                              jax.ShapeDtypeStruct(s.x, dtype), jax.ShapeDtypeStruct(s.w, dtype)).shape
-    operands = (jax.random.normal(kx, s.x, dtype), (jax.random.normal(kw, s.w) * 0.05).astype(dtype),
-                jax.random.normal(kb, (s.w[3],), jnp.float32), jax.random.normal(kd, y_shape, dtype))
+
+    def operands():
+      return (jax.random.normal(kx, s.x, dtype), (jax.random.normal(kw, s.w) * 0.05).astype(dtype),
+              jax.random.normal(kb, (s.w[3],), jnp.float32), jax.random.normal(kd, y_shape, dtype))
+
     if kernel == "fwd":
       fn = lambda x, w, b, dy: ops_conv.CONV_FWD(x, w, b, relu=False, has_bias=True, **geometry)[0]  # noqa: E731
     elif kernel == "dgrad":
@@ -262,26 +275,28 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
     row = dict(kernel=kernel, key=list(job["key"]), layers=job["layers"], tiles=list(_fields(tiles)), rule=job["rule"])
     try:
       t0 = time.perf_counter()
-      fn, operands, work = function(kernel, s, tiles)
+      fn, make, work = function(kernel, s, tiles)
       touch = 3 if kernel == "dgrad" else 0  # an operand the kernel reads (conv_function's dgrad ignores x)
-      mine = list(operands)
-      mine[touch] = jnp.copy(operands[touch])  # the timed program's own, donated round after round
-      timed = chained(fn, calls, touch).lower(*mine).compile()
-      fn = fn.lower(*operands).compile()
+      specs = jax.eval_shape(make)  # compiled from shapes: the operands live only while the GPU is this worker's
+      timed = chained(fn, calls, touch).lower(*specs).compile()
+      fn = fn.lower(*specs).compile()
       row["compile_s"] = time.perf_counter() - t0
       if job["key"] not in rules:
         rule, _, _ = function(kernel, s, rule_of(kernel, s))
-        rules[job["key"]] = rule.lower(*operands).compile()
+        rules[job["key"]] = rule.lower(*specs).compile()
       rule = rules[job["key"]]
       with lock:
+        operands = make()
         row["error"] = float(error(rule(*operands), fn(*operands)))
+        mine = list(operands)
+        mine[touch] = jnp.copy(operands[touch])  # the timed program's own, donated round after round
         times = []
         for _ in range(rounds + 1):  # the first round warms up
           t0 = time.perf_counter()
           out, mine[touch] = timed(*mine)
           jax.block_until_ready(out)
           times.append((time.perf_counter() - t0) / calls)
-        del out, mine  # big layers fit many workers
+        del out, mine, operands  # big layers fit many workers
       row["ms"] = statistics.median(times[1:]) * 1e3
       # conv kernels: TFLOP/s of the forward's multiply-adds; LRN and pool: TB/s of the bytes they move
       row["tflops" if kernel in CONV_KERNELS else "tbs"] = work / (row["ms"] * 1e-3) / 1e12
@@ -289,6 +304,8 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
         row["refused"] = f"error {row['error']:.2e} > {MAX_ERROR:.2e} against the rule's result"
     except Exception as e:  # noqa: BLE001  (a candidate Triton cannot compile, e.g. too much shared memory)
       row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+      if "RESOURCE_EXHAUSTED" in str(e):  # each worker keeps the memory it once used: the rest may not fit
+        row["refused"] = f"out of memory beside the other workers' (fewer --workers): {row['refused']}"
     results.put(row)
 
 
