@@ -16,6 +16,9 @@ Without a CUDA device the module is skipped.
 """
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import pytest
@@ -23,6 +26,7 @@ import pytest
 from alexnet_jax.data import device_batches
 from alexnet_jax.measure import kernel_checks
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = int(os.environ.get("GPU_TEST_BATCH", "128"))
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -149,27 +153,46 @@ def test_training_crops_at_the_paper_s_input(dtype):
                              rtol=1e-6 if dtype == "float32" else 2.0 ** -8)
 
 
+UNROLLED = textwrap.dedent("""
+  import sys
+  import jax, jax.numpy as jnp, numpy as np
+  from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD
+  from alexnet_jax.ops.lrn_pool import LRN_POOL_BWD, LRN_POOL_FWD
+
+  unroll, batch = int(sys.argv[1]), int(sys.argv[2])
+  kx, kd = jax.random.split(jax.random.key(0))
+  x = (jax.random.normal(kx, (96, 55, 55, batch)) * 30).astype(jnp.bfloat16)
+  dy = jax.random.normal(kd, x.shape, jnp.bfloat16)
+  params = dict(mode="triton", groups=2, n=5, k=2.0, alpha=1e-4, beta=0.75, relu=True)
+  y, idx = jax.jit(lambda x: LRN_POOL_FWD(x, size=3, stride=2, **params))(x)
+  kernels = dict(
+      lrn_fwd=lambda launch: LRN_FWD(x, launch=launch, **params)[0],
+      lrn_bwd=lambda launch: LRN_BWD(x, dy, launch=launch, **params)[0],
+      lrn_pool_fwd=lambda launch: LRN_POOL_FWD(x, size=3, stride=2, launch=launch, **params),
+      lrn_pool_bwd=lambda launch: LRN_POOL_BWD(x, y, idx, size=3, stride=2, launch=launch, **params)[0])
+  for name, kernel in kernels.items():
+    print(name, "started", flush=True)
+    got, want = (jax.block_until_ready(kernel(launch)) for launch in ((("unroll", unroll),), (("unroll", 1),)))
+    same = all(np.array_equal(np.asarray(g), np.asarray(w))
+               for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
+    print(name, "equal" if same else "differs", flush=True)
+""")
+
+
 @pytest.mark.skipif(INTERPRETED, reason="compiles the Triton kernels: needs TRITON_INTERPRET=0")
 @pytest.mark.parametrize("unroll", [2, 4])
 def test_lrn_walks_unrolled_over_channels_give_the_loop_s_bits(unroll):
   # The launch option tune_kernels.py times, at conv1's output (lrn1, two towers) in bf16: the same arithmetic in
-  # the same order, so the same bits, each direction, alone and with the max-pool after it.
-  import jax.numpy as jnp  # noqa: PLC0415
-  import numpy as np  # noqa: PLC0415
-
-  from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD  # noqa: PLC0415
-  from alexnet_jax.ops.lrn_pool import LRN_POOL_BWD, LRN_POOL_FWD  # noqa: PLC0415
-
-  kx, kd = jax.random.split(jax.random.key(0))
-  x = (jax.random.normal(kx, (96, 55, 55, BATCH)) * 30).astype(jnp.bfloat16)
-  dy = jax.random.normal(kd, x.shape, jnp.bfloat16)
-  params = dict(mode="triton", groups=2, n=5, k=2.0, alpha=1e-4, beta=0.75, relu=True)
-
-  def kernels(launch):
-    y, idx = LRN_POOL_FWD(x, size=3, stride=2, launch=launch, **params)
-    return [LRN_FWD(x, launch=launch, **params)[0], LRN_BWD(x, dy, launch=launch, **params)[0], y, idx,
-            LRN_POOL_BWD(x, y, idx, size=3, stride=2, launch=launch, **params)[0]]
-
-  run = jax.jit(kernels, static_argnums=0)
-  for got, want in zip(run((("unroll", unroll),)), run(())):
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  # the same order, so the same bits, each direction, alone and with the max-pool after it. In a process of its own
+  # with a time limit: a kernel whose loop never ends fails by name, instead of holding the suite's worker.
+  # The child takes the GPU memory it needs, beside this process's.
+  env = dict(os.environ, TRITON_INTERPRET="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+  try:
+    done = subprocess.run([sys.executable, "-c", UNROLLED, str(unroll), str(BATCH)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+  except subprocess.TimeoutExpired as e:
+    out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+    pytest.fail(f"not finished in 240 s; the last kernel started never ended:\n{out}")
+  ends = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.endswith(("equal", "differs")))
+  assert ends == dict.fromkeys(("lrn_fwd", "lrn_bwd", "lrn_pool_fwd", "lrn_pool_bwd"), "equal"), (
+      done.stdout[-2000:] + done.stderr[-3000:])
