@@ -47,6 +47,12 @@ def built_ahead(workers: int) -> int:
   return (BATCHES_AHEAD + 1) * max(1, workers) + IN_FLIGHT + AHEAD
 
 
+def settling(workers: int) -> int:
+  """Steps before a window that times decoding opens: start-up (the workers' first batches, the compiles), then as
+  many as batches stand built ahead meanwhile."""
+  return BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers)
+
+
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
   """Median over windows of `steps` calls of step_fn back to back, one wait at the end of each."""
   jax.block_until_ready(step_fn())
@@ -144,8 +150,8 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
                           device_slots=round(on_devices * dataset.num_train))
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
-    warm, filled = BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers), rule.fill_end // batch + 1
-    for _ in range(warm):  # start-up (the workers' first batches, compiles), then the batches built ahead meanwhile
+    warm, filled = settling(workers), rule.fill_end // batch + 1
+    for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
     timed = filled - warm - 1  # the first epoch's steps left
     first = None
@@ -229,7 +235,7 @@ def main(argv):
     put = batch_placer(config, data, spread, config.image_size)
     feed = Feed(iterate(train_batches(data, batch), 0, workers), put)
     decoding = put.seconds
-    for _ in range(BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers)):  # start-up, then built ahead
+    for _ in range(settling(workers)):
       jax.block_until_ready(step(next(feed)[0]))
     before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), batch, args.steps, windows=1)  # noqa: B023
