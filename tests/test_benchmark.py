@@ -230,6 +230,22 @@ print(json.dumps(dict(first=more[0] == plain[0], plain=sorted({t.columns for t i
       "error: --wgrad_columns takes positive whole numbers of columns, got 8192,lots")
 
 
+def test_tune_kernels_min_tile_keeps_the_rule_and_the_large_tiles_only():
+  code = """
+import sys, json; sys.path.insert(0, 'scripts/dev')
+import tune_kernels
+from alexnet_jax.measure.kernel_shapes import ConvShape
+shape = ConvShape('conv3_1', (128, 56, 56, 128), (128, 3, 3, 256), 1, 1, 1)
+every, large = (tune_kernels.candidates('fwd', shape, min_tile=m) for m in (0, 128 * 128))
+print(json.dumps(dict(rule=every[0] == large[0], large=[t.rows * t.cols for t in large[1:]],
+                      kept=[t for t in every[1:] if t.rows * t.cols >= 128 * 128] == large[1:])))
+"""
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  got = json.loads(run.stdout.strip().splitlines()[-1])
+  assert got["rule"] and got["kept"] and got["large"] and min(got["large"]) >= 128 * 128
+
+
 def test_tune_kernels_chains_its_calls_in_one_program():
   # Every call stays a call of its own (not merged, not hoisted, its whole output made), the touched operand comes
   # back as it went in, and the output is fn's.

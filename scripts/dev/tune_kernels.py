@@ -16,6 +16,7 @@ the same on a CPU under the Triton interpreter: the plumbing, not times.
 """
 
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -151,8 +152,6 @@ def jobs_for(table, image_size, args):
 def _map_function(kernel, dtype, mode, options, layer, shape, groups, pool):
   """(function, a maker of its random operands, bytes it moves) of one LRN or pool kernel (or of an LRN and its
   `pool` as one) with launch overrides `options`."""
-  import math  # noqa: PLC0415
-
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 
