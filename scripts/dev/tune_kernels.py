@@ -262,12 +262,14 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
   def rule_of(kernel, s):
     return conv.rule_of_thumb(kernel, s.x, s.w, s.stride, s.padding, s.groups) if kernel in CONV_KERNELS else ()
 
-  rules = {}  # key -> the rule's compiled kernel: every candidate of a key is checked against it
-
-  @jax.jit
   def error(ref, out):
     ref = ref.astype(jnp.float32)
     return jnp.abs(out.astype(jnp.float32) - ref).max() / jnp.abs(ref).max()
+
+  # key -> what every candidate of a key shares, compiled: the rule's kernel (each candidate is checked against it),
+  # the maker of the operands, the error against the rule, the copy of the operand the timed program donates. All
+  # compiles happen here, outside the lock: only runs hold the GPU, so the workers' compiles overlap the timings.
+  shared = {}
 
   for job in iter(jobs.get, None):
     kernel, s, tiles = job["kernel"], job["shape"], job["tiles"]
@@ -280,15 +282,17 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
       timed = chained(fn, calls, touch).lower(*specs).compile()
       fn = fn.lower(*specs).compile()
       row["compile_s"] = time.perf_counter() - t0
-      if job["key"] not in rules:
+      if job["key"] not in shared:
         rule, _, _ = function(kernel, s, rule_of(kernel, s))
-        rules[job["key"]] = rule.lower(*specs).compile()
-      rule = rules[job["key"]]
+        out = jax.eval_shape(rule, *specs)
+        shared[job["key"]] = (rule.lower(*specs).compile(), jax.jit(make).lower().compile(),
+                              jax.jit(error).lower(out, out).compile(), jax.jit(jnp.copy).lower(specs[touch]).compile())
+      rule, make, error_of, copy = shared[job["key"]]
       with lock:
         operands = make()
-        row["error"] = float(error(rule(*operands), fn(*operands)))
+        row["error"] = float(error_of(rule(*operands), fn(*operands)))
         mine = list(operands)
-        mine[touch] = jnp.copy(operands[touch])  # the timed program's own, donated round after round
+        mine[touch] = copy(operands[touch])  # the timed program's own, donated round after round
         times = []
         for _ in range(rounds + 1):  # the first round warms up
           t0 = time.perf_counter()
