@@ -11,10 +11,10 @@ Each entry is the fastest of ~20–60 candidates (scripts/dev/tune_kernels.py's 
 conv4 and conv5 entries at 512 (conv4's and conv5's where they beat the fallback tiles by more than 3 %) from
   python3 scripts/dev/tune_kernels.py --config configs/alexnet_1gpu.py --batch 512 --placements one
       --kernels fwd,dgrad,wgrad --layers conv4 --wgrad_columns 8192,16384 --workers 6   (and conv5; conv2's wgrad)
-VGG's conv1_2 and conv2_1 at 128 (where the best beat the rule of thumb by more than 10 %; the run timed the first
-layers before its time limit) from
+VGG-16's layers at 128 (where the best beat the rule of thumb by more than 3 %, the timings' spread; VGG-11's layers
+are VGG-16's) from
   python3 scripts/dev/tune_kernels.py --config configs/vgg16.py --batch 128 --placements one
-      --kernels fwd,dgrad,wgrad --min_tile 16384 --workers 14 --calls 10 --rounds 3
+      --kernels fwd,dgrad,wgrad --min_tile 16384 --workers 8 --calls 10 --rounds 3
 The runs, with each candidate's time and the rule of thumb's: docs/results/tune_kernels_*_b{128,512,1024}.json,
 docs/results/tune_kernels_*_conv{2_wgrad_columns,4_one,5_one}_b512.json and tune_kernels_vgg16_*_b128.json;
 docs/BENCHMARKS.md has the figures.
@@ -88,4 +88,21 @@ TUNED = {
     ("dgrad", 128, 64, 224, 224, 64, 3, 3, 1, 1, 1): (64, 256, 32, 4, 3, 4096),  # vgg conv1_2
     ("fwd", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (128, 128, 32, 4, 4, 4096),  # vgg conv2_1
     ("dgrad", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (64, 256, 64, 4, 4, 4096),  # vgg conv2_1
+    ("fwd", 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (128, 128, 64, 4, 3, 4096),  # vgg conv2_2
+    ("dgrad", 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (128, 128, 64, 4, 3, 4096),  # vgg conv2_2
+    ("fwd", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (256, 64, 32, 4, 3, 4096),  # vgg conv3_1
+    ("dgrad", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # vgg conv3_1
+    ("wgrad", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv3_1
+    ("fwd", 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # vgg conv3_2, conv3_3
+    ("dgrad", 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv3_2, conv3_3
+    ("wgrad", 128, 256, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv3_2, conv3_3
+    ("fwd", 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (256, 64, 32, 4, 4, 4096),  # vgg conv4_1
+    ("dgrad", 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv4_1
+    ("wgrad", 128, 256, 28, 28, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv4_1
+    ("fwd", 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # vgg conv4_2, conv4_3
+    ("dgrad", 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv4_2, conv4_3
+    ("wgrad", 128, 512, 28, 28, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv4_2, conv4_3
+    ("fwd", 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (256, 128, 32, 8, 4, 4096),  # vgg conv5_1, conv5_2, conv5_3
+    ("dgrad", 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # vgg conv5_1, conv5_2, conv5_3
+    ("wgrad", 128, 512, 14, 14, 512, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv5_1, conv5_2, conv5_3
 }
