@@ -79,23 +79,28 @@ def test_xla_s_substitutes_compute_what_the_kernels_compute(x_shape, w_shape, st
 
 
 def test_the_table_is_the_measurement_it_names_and_covers_the_layers_measured():
-  # scripts/dev/measure_conv_choice.py --print_table of the recorded run gives the table's entries, time for time;
-  # and the run's every config, at its batches, has each conv direction in the table.
-  (path,) = glob.glob(os.path.join(ROOT, "docs", "results", "conv_choice_one_h200_*.json"))
-  printed = subprocess.run([sys.executable, "scripts/dev/measure_conv_choice.py", "--print_table", path], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout
-  entries = [line.split("#")[0].strip().rstrip(",") for line in printed.splitlines() if line.strip().startswith("(")]
-  assert dict(ast.literal_eval("{" + ",".join(entries) + "}")) == MEASURED
-  with open(path) as f:
-    runs = json.load(f)["runs"]
+  # scripts/dev/measure_conv_choice.py --print_table of the recorded runs, oldest first and a later run's entries
+  # replacing an earlier's, gives the table's entries, time for time; and each run's every config, at its batches,
+  # has each conv direction in the table.
+  paths = sorted(glob.glob(os.path.join(ROOT, "docs", "results", "conv_choice_*one_h200_*.json")),
+                 key=lambda path: path.rsplit("_", 1)[1])
+  table, runs = {}, []
+  for path in paths:
+    printed = subprocess.run([sys.executable, "scripts/dev/measure_conv_choice.py", "--print_table", path], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    entries = [line.split("#")[0].strip().rstrip(",") for line in printed.splitlines() if line.strip().startswith("(")]
+    table.update(ast.literal_eval("{" + ",".join(entries) + "}"))
+    with open(path) as f:
+      runs += json.load(f)["runs"]
+  assert table == MEASURED
   missing = []
   for run in runs:
     config_file, batches = run.rsplit(":", 1)
     config = runpy.run_path(os.path.join(ROOT, config_file))["get_config"]()
-    table = network_table(config, 1000)
+    layers = network_table(config, 1000)
     for batch in map(int, batches.split(",")):
-      convs = grouped_convs(table, config.image_size, batch)
+      convs = grouped_convs(layers, config.image_size, batch)
       missing += [(config.network, s.name, kernel, batch) for s in convs for kernel in ("fwd", "dgrad", "wgrad")
                   if (kernel != "dgrad" or s is not convs[0])
                   and tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) not in MEASURED]
-  assert len(runs) == 5 and not missing, missing
+  assert len(paths) == 2 and len(runs) == 7 and not missing, missing
