@@ -4,6 +4,8 @@ Outputs live inside NaN-filled buffers with guard cells on both sides: every ele
 outside. bfloat16 is left to the GPU tests: the interpreter's bf16 arithmetic is broken (triton#11584).
 """
 
+import glob
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported, in case this file runs alone
@@ -364,6 +366,37 @@ def test_a_walk_unrolled_over_channels_computes_the_loop_s_values():
            + run_lrn_pool(x, dp, *lrn_args, 3, 2, True, chunks=chunks, unroll=unroll))
     for a, b in zip(got, want):
       np.testing.assert_array_equal(a, b)
+
+
+def test_the_backward_launches_as_its_table_says_where_it_holds_the_layer():
+  lrn_args = (5, 2.0, 1e-4, 0.75, 3, 2, "bfloat16", True)
+  for (c, h, w, n, groups), tuned in lrn_pool.BWD_TUNED.items():
+    got = lrn_pool.lrn_pool_bwd_launch((c, h, w, n), groups, *lrn_args).constexprs
+    assert (got["BLOCK"], got["CHUNKS"], got["UNROLL"]) == tuned
+  # a batch the table lacks: the rule (512 positions a program, chunks up to 2000 programs, a channel a pass)
+  got = lrn_pool.lrn_pool_bwd_launch((256, 27, 27, 64), 2, *lrn_args).constexprs
+  assert (got["BLOCK"], got["CHUNKS"], got["UNROLL"]) == (512, 6, 1)
+  got = lrn_pool.lrn_pool_bwd_launch((256, 27, 27, 512), 2, *lrn_args, chunks=3).constexprs  # an override wins
+  assert (got["BLOCK"], got["CHUNKS"], got["UNROLL"]) == (512, 3, 1)
+
+
+def test_the_backward_s_table_holds_the_tuner_s_best_where_it_beat_the_rule_by_more_than_3_percent():
+  # The recorded runs of scripts/dev/tune_kernels.py --kernels lrn_pool_bwd, the newest for each layer: the table
+  # holds a layer's fastest launch exactly where it beat the rule's by more than 3 %.
+  root = os.path.join(os.path.dirname(__file__), "..", "docs", "results")
+  newest = {}
+  for path in sorted(glob.glob(os.path.join(root, "tune_kernels_lrn_pool*one_h200_*.json")),
+                     key=lambda path: path.rsplit("_", 2)[1]):
+    with open(path) as f:
+      rows = [r for r in json.load(f)["rows"] if r["kernel"] == "lrn_pool_bwd" and r.get("ms")]
+    for key in {tuple(r["key"][1:]) for r in rows}:
+      newest[key] = [r for r in rows if tuple(r["key"][1:]) == key]
+  best = {}
+  for key, rows in newest.items():
+    rule, fastest = next(r for r in rows if r["rule"]), min(rows, key=lambda r: r["ms"])
+    if fastest["ms"] < rule["ms"] * (1 - 0.03):
+      best[key] = tuple(v for _, v in fastest["tiles"])
+  assert len(newest) == 4 and best == lrn_pool.BWD_TUNED  # lrn1 at 512: the rule within 2 %
 
 
 def test_lrn_pool_launch_refuses_a_window_larger_than_the_map():

@@ -25,6 +25,17 @@ from triton_kernels.pool import pooled_shape
 # the walk, at both batches the fastest of 60 launches.
 FWD_CHUNKS, FWD_UNROLL = 3, 4
 
+# The backward's launch (block, chunks, unroll) where the best of scripts/dev/tune_kernels.py's grid beat the rule by
+# more than 3 % on one H200, keyed by x's shape and the groups, (C, H, W, N, G): AlexNet's two layers on one GPU, both
+# towers (--kernels lrn_pool_bwd --placements one; docs/results/tune_kernels_lrn_pool_*one_h200_*). lrn2's 128
+# channels a group walk fastest in four chunks, two channels a pass; lrn1's 48 unchunked. The tuner's first
+# candidate is the launch without overrides, this table's where it holds the layer.
+BWD_TUNED = {
+    (96, 55, 55, 128, 2): (512, 1, 1),  # lrn1 at 128: the rule's two chunks 0.157–0.163 ms, this 0.142
+    (256, 27, 27, 128, 2): (512, 4, 2),  # lrn2 at 128: the rule's six chunks 0.121–0.133 ms, this 0.105
+    (256, 27, 27, 512, 2): (512, 4, 2),  # lrn2 at 512: the rule's two chunks 0.414 ms, this 0.338
+}
+
 
 @triton.jit
 def _shift(xs, x_ptr, c, live, CG: tl.constexpr, P: tl.constexpr, W: tl.constexpr, N: tl.constexpr,
@@ -115,9 +126,12 @@ def lrn_pool_bwd_launch(shape, groups: int, size: int, k: float, alpha: float, b
                         dtype_name: str, relu: bool = False, block: int | None = None,
                         chunks: int | None = None, unroll: int | None = None) -> Launch:
   """shape is x's (C, H, W, N); the LRN's backward grid and rule (lrn.lrn_bwd_launch): four positions a thread ran
-  fastest here too, for all their registers (docs/BENCHMARKS.md)."""
+  fastest here too, for all their registers (docs/BENCHMARKS.md). A layer in BWD_TUNED launches as it says; block,
+  chunks and unroll override either."""
   _, _, w, n = shape
   _, oh, ow, _ = _check(shape, pool, stride)
+  if (tuned := BWD_TUNED.get((*shape, groups))) and (block, chunks, unroll) == (None, None, None):
+    block, chunks, unroll = tuned
   return lrn.launch(lrn_pool_bwd_kernel, shape, groups, size, k, alpha, beta, relu, dtype_name,
                     block or 4 * 32 * lrn.NUM_WARPS, lrn.BWD_PROGRAMS, chunks, unroll=unroll, W=w, N=n, OH=oh,
                     OW=ow, POOL=pool, STRIDE=stride)
