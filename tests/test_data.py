@@ -31,7 +31,7 @@ from alexnet_jax.data import (
 )
 from alexnet_jax.data.pipeline import make_dataset
 from alexnet_jax.data.workers import SIGNALS, left_to_this_thread
-from alexnet_jax.data.device_batches import BatchLayout
+from alexnet_jax.data.device_batches import BatchLayout, random_batch
 from alexnet_jax.network.shapes import layer_shapes
 from alexnet_jax.network.table import get_network
 from alexnet_jax.training import evaluation, train
@@ -527,6 +527,30 @@ def test_the_feed_puts_the_next_batch_before_it_finishes_the_last():
   assert set(feed.seconds) == {"host", "put", "loop"} and min(feed.seconds.values()) >= 0
   feed.close()
   assert calls[-1] == "close"
+
+
+@pytest.mark.parametrize("model, data, axes", [(2, 1, ("data", "model")), (1, 2, ("data",)), (2, 1, ("data",))])
+def test_a_batch_s_small_arrays_cross_in_one_put_and_arrive_as_they_left(model, data, axes, monkeypatch):
+  """The pixels cross alone and the small arrays together, as the int32 columns of one array: every array arrives
+  with its values, bits (a float's sign, a NaN), dtype and sharding, whether the rows are split over both devices or
+  replicated on them; an array of another dtype or rows crosses alone."""
+  from alexnet_jax.network import sharding  # noqa: PLC0415
+
+  rows = BatchLayout(sharding.make_mesh(model, data), axes)
+  batch = random_batch(6, 6, 10, size=8)
+  batch["shift"] = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+  batch["shift"][0] = [-0.0, np.nan, -1e-38]
+  batch["weight"] = np.linspace(0, 1, 6, dtype=np.float16)  # not a packed dtype: alone
+  puts = []
+  make_array = jax.make_array_from_process_local_data
+  monkeypatch.setattr(jax, "make_array_from_process_local_data",
+                      lambda where, data: puts.append(data.shape) or make_array(where, data))
+  placed = rows.put(batch)
+  assert sorted(puts) == sorted([(6, 8, 8, 3), (6, 7), (6,)])  # pixels; offset 2 + flip + shift 3 + label; weight
+  assert list(placed) == list(batch)
+  for key, value in batch.items():
+    assert placed[key].dtype == value.dtype and placed[key].sharding == rows.sharding(value.ndim), key
+    np.testing.assert_array_equal(np.asarray(placed[key]).view(np.uint8), value.view(np.uint8), err_msg=key)
 
 
 def test_the_feed_raises_the_error_of_its_thread():

@@ -9,9 +9,11 @@ batch is the one a single process would read.
 """
 
 import dataclasses
+import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -80,8 +82,43 @@ class BatchLayout:
     return slice(blocks[0][0], blocks[-1][1])
 
   def put(self, batch: dict) -> dict:
-    """Places this process's share of a batch on the mesh."""
-    return {k: jax.make_array_from_process_local_data(self.sharding(np.ndim(v)), v) for k, v in batch.items()}
+    """Places this process's share of a batch on the mesh: its pixels alone, its small arrays (a few bytes a row:
+    crops, flips, shifts, labels) as the int32 columns of one array that the devices split again. A put's cost to the
+    host hardly depends on its size, and the small arrays' puts one by one held the feed's thread longer than the
+    pixels' (docs/BENCHMARKS.md, the tiered cache's rows)."""
+    arrays = {k: np.asarray(v) for k, v in batch.items()}
+    rows = {len(v) for v in arrays.values() if v.ndim}
+    small = {k: v for k, v in arrays.items() if k != "image" and v.ndim and v.dtype.name in PACKED} \
+        if len(rows) == 1 else {}
+    if len(small) < 2:
+      small = {}
+    placed = {k: jax.make_array_from_process_local_data(self.sharding(v.ndim), v)
+              for k, v in arrays.items() if k not in small}
+    if small:
+      spec = tuple((k, v.dtype.name, v.shape[1:]) for k, v in small.items())
+      columns = np.concatenate([v.reshape(len(v), -1).astype(np.int32) if v.dtype == bool
+                                else v.reshape(len(v), -1).view(np.int32) for v in small.values()], axis=1)
+      placed.update(_unpacked(self, spec)(jax.make_array_from_process_local_data(self.sharding(2), columns)))
+    return {k: placed[k] for k in batch}
+
+
+PACKED = ("bool", "int32", "float32")  # the dtypes a batch's small arrays may travel in as int32 columns
+
+
+@functools.cache
+def _unpacked(rows: BatchLayout, spec: tuple):
+  """jit(int32 columns → the small arrays `spec` ((key, dtype, shape of a row), …) says they hold), each device on
+  its own rows."""
+  def unpack(columns):
+    arrays, start = {}, 0
+    for key, dtype, shape in spec:
+      width = math.prod(shape)
+      part = columns[:, start:start + width].reshape(-1, *shape)
+      arrays[key] = part != 0 if dtype == "bool" else jax.lax.bitcast_convert_type(part, jnp.dtype(dtype))
+      start += width
+    return arrays
+
+  return jax.jit(unpack, out_shardings={key: rows.sharding(1 + len(shape)) for key, _, shape in spec})
 
 
 class HostPut:
