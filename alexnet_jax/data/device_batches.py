@@ -87,10 +87,8 @@ class BatchLayout:
     host hardly depends on its size, and the small arrays' puts one by one held the feed's thread longer than the
     pixels' (docs/BENCHMARKS.md, the tiered cache's rows)."""
     arrays = {k: np.asarray(v) for k, v in batch.items()}
-    rows = {len(v) for v in arrays.values() if v.ndim}
-    small = {k: v for k, v in arrays.items() if k != "image" and v.ndim and v.dtype.name in PACKED} \
-        if len(rows) == 1 else {}
-    if len(small) < 2:
+    small = {k: v for k, v in arrays.items() if k != "image" and v.ndim and v.dtype.name in PACKED}
+    if len(small) < 2 or len({len(v) for v in arrays.values() if v.ndim}) != 1:  # nothing to save, or ragged rows
       small = {}
     placed = {k: jax.make_array_from_process_local_data(self.sharding(v.ndim), v)
               for k, v in arrays.items() if k not in small}
