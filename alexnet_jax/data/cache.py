@@ -149,11 +149,6 @@ class HostCachedPut(HostPut):
   as a decoded one. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
   rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut)."""
 
-  # Batches the feed holds put and not finished: put(i) places batch i − 1 and starts copying batch i, whose copy
-  # runs while the feed finishes batch i − 2, which crossed a put ago (TieredCachedPut's assembly, called straight
-  # after its rows' put, held the feed's thread longer: docs/BENCHMARKS.md, the tiered cache's rows).
-  in_flight = 3
-
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size)
     self.rule, self.step, self.first = rule, rule.start, rule.device_slots
@@ -164,9 +159,7 @@ class HostCachedPut(HostPut):
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
     self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a batch's image chunks
-    self._copying = None  # the _Copy of the last batch put, until it is placed
-    # waiting for rows to be copied here; for a buffer to be free; putting the pixels, the rest; (tiered) the
-    # devices' assembly
+    # copying rows here; waiting for a buffer to be free; putting the pixels, the rest; (tiered) the devices' assembly
     self.seconds = dict(copy=0.0, wait=0.0, place=0.0, draws=0.0)
 
   def put(self, batch: dict):
@@ -174,24 +167,17 @@ class HostCachedPut(HostPut):
     check_batch(batch, self.size, self.image_size)
     per_block = self.rule.batch_size // self.rule.blocks
     draws = {key: batch[key] for key in ("offset", "flip", "shift")}
-    self._place_copied()
-    copy = self._gather(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
+    images, on_device, chunks = self._gathered(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
     self.step += 1
+    images = self._placed(images, chunks)
+    return lambda: (dict(image=images, **on_device), 0)
 
-    def finish():
-      if copy.placed is None:  # the last batch put: no later put has placed it
-        self._place_copied()
-      return dict(image=copy.placed, **copy.on_device), 0
-
-    return finish
-
-  def _gather(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> "_Copy":
-    """The batch's rows on their way (_Copy): the rows that `sent` gives a place among their block's `width` (−1:
-    not sent) being copied into a buffer of `width` rows a block, held chunk-major in `chunks` parts (_chunk_major),
-    the decoded ones from the batch and the cached ones from this cache; `draws` and the batch's labels, this
-    cache's filled in, being placed on the mesh. The copy threads go on after this returns: the feed's thread
-    places the last batch and assembles the one before meanwhile (`in_flight`). First, where the step writes, the
-    decoded rows with slots here go into the cache, after the last batch's copies (_place_copied), which read it."""
+  def _gathered(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> tuple[np.ndarray, dict, int]:
+    """(buffer, arrays on the mesh, chunks): the rows that `sent` gives a place among their block's `width` (−1:
+    not sent) copied into a buffer of `width` rows a block, held chunk-major in `chunks` parts (_chunk_major), the
+    decoded ones from the batch and the cached ones from this cache; `draws` and the batch's labels, this cache's
+    filled in, placed on the mesh while the rows are copied. First, where the step writes, the decoded rows with
+    slots here go into the cache."""
     places, indices = batch["decoded"], batch["index"]
     per_block = self.rule.batch_size // self.rule.blocks
     decoded = np.flatnonzero(places >= 0)
@@ -212,26 +198,16 @@ class HostCachedPut(HostPut):
     labels[here] = self.labels[slot[here]]
     # The small arrays' puts beside the copy, which lets go of the GIL.
     placing = self._draws.submit(self._put_draws, dict(draws, label=labels))
-    copies = self._copies([(images, at[decoded], batch["image"], host_rows),
-                           (images, at[here], self.images, slot[here])])
-    self._copying = _Copy(images, chunks, copies, placing)
-    return self._copying
+    self._copy_rows([(images, at[decoded], batch["image"], host_rows), (images, at[here], self.images, slot[here])])
+    return images, placing.result(), chunks
 
-  def _place_copied(self) -> None:
-    """The batch being copied, if any, placed once its copies are done: its images on the mesh (_place), the buffer
-    used again once they are."""
-    copy, self._copying = self._copying, None
-    if copy is None:
-      return
+  def _placed(self, images: np.ndarray, chunks: int):
+    """The buffer's images on the mesh (_place); the buffer used again once they are."""
     start = time.perf_counter()
-    for future in copy.copies:
-      future.result()
-    copy.on_device = copy.draws.result()
-    placed = time.perf_counter()
-    self.seconds["copy"] += placed - start
-    copy.placed = self._place(copy.images, copy.chunks)
-    self._buffers.placed(copy.placed)
-    self.seconds["place"] += time.perf_counter() - placed
+    placed = self._place(images, chunks)
+    self._buffers.placed(placed)
+    self.seconds["place"] += time.perf_counter() - start
+    return placed
 
   def _put_draws(self, batch: dict) -> dict:
     """The batch's arrays but its pixels on the mesh."""
@@ -255,44 +231,27 @@ class HostCachedPut(HostPut):
     return self._join[chunks](*(put.result() for put in puts))
 
   def _copy_rows(self, copies: list[tuple]) -> None:
-    """_copies, waited for."""
-    start = time.perf_counter()
-    for future in self._copies(copies):
-      future.result()
-    self.seconds["copy"] += time.perf_counter() - start
-
-  def _copies(self, copies: list[tuple]) -> list[concurrent.futures.Future]:
-    """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies`, under way over COPY_THREADS threads, each
-    share cut into runs of consecutive destination rows (a whole share where the batch comes from one tier), each
-    run one np.take into its place: that lets go of the GIL for the whole run and reads and writes each row once
-    ('clip': with 'raise', numpy would gather into a temporary first). A loop row by row took the GIL back for every
-    row (196 KB at 256×256), and waited for it while the feed's and the training loop's threads held it."""
+    """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies` over COPY_THREADS threads, each share cut
+    into runs of consecutive destination rows (a whole share where the batch comes from one tier), each run one
+    np.take into its place: that lets go of the GIL for the whole run and reads and writes each row once ('clip':
+    with 'raise', numpy would gather into a temporary first). A loop row by row took the GIL back for every row (196
+    KB at 256×256), and waited for it while the feed's and the training loop's threads held it."""
     def copy(dst, dst_rows, src, src_rows):
       runs = np.flatnonzero(np.diff(dst_rows) != 1) + 1
       for d, s in zip(np.split(dst_rows, runs), np.split(src_rows, runs)):
         np.take(src, s, axis=0, out=dst[d[0]:d[0] + len(d)], mode="clip")
 
+    start = time.perf_counter()
     parts = [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
              for d, s in zip(np.array_split(dst_rows, COPY_THREADS), np.array_split(src_rows, COPY_THREADS)) if len(d)]
-    return [self._threads.submit(copy, *part) for part in parts]
+    for future in [self._threads.submit(copy, *part) for part in parts]:
+      future.result()
+    self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
     self._threads.shutdown()
     self._draws.shutdown()
-    self._copying = None
     self._buffers.close()
-
-
-@dataclasses.dataclass
-class _Copy:
-  """A batch's rows on their way to the devices: being copied into `images` (a buffer in `chunks` parts) by
-  `copies` while `draws` puts its small arrays; then `on_device` (the small arrays) and `placed` (the images)."""
-  images: np.ndarray
-  chunks: int
-  copies: list
-  draws: concurrent.futures.Future
-  on_device: dict | None = None
-  placed: jax.Array | None = None
 
 
 class _Buffers:
@@ -379,14 +338,11 @@ class TieredCachedPut(HostCachedPut):
                        f"{width}")
     sent = np.where(sent, counts.reshape(-1) - 1, -1).astype(np.int32)
     draws = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], decoded=sent, index=indices)
-    self._place_copied()
-    copy = self._gather(batch, k, sent, width, draws)
+    images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
     self.step += 1
+    on_device["image"] = self._placed(images, chunks)
 
     def finish():
-      if copy.placed is None:
-        self._place_copied()
-      on_device = dict(copy.on_device, image=copy.placed)
       start = time.perf_counter()
       images, labels = self.devices.assemble(on_device)
       self.seconds["assemble"] += time.perf_counter() - start

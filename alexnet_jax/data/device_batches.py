@@ -19,7 +19,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alexnet_jax.data import nvdecode
-from alexnet_jax.data.feed import IN_FLIGHT
 
 
 def check_batch(batch: dict, size: int, image_size: int) -> None:
@@ -123,8 +122,6 @@ def _unpacked(rows: BatchLayout, spec: tuple):
 class HostPut:
   """put(host batch) → finish, finish() → (device batch, images skipped on the device: none), as data.feed.Feed
   takes it: the host's images and draws placed on the mesh."""
-
-  in_flight = IN_FLIGHT  # batches the feed may hold put and not finished
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int):
     self.rows, self.size, self.image_size = rows, size, image_size

@@ -18,15 +18,13 @@ class Feed:
   """An iterator of (device batch, skipped) from the iterator `host_batches` of (host batch, skipped).
   `batch_placer.put(host batch)` (data.device_batches.HostPut, DevicePut) starts a batch on its way and returns
   `finish`, which returns (device batch, images skipped on the device); the next batch is put before the last is
-  finished, so a put that hands its work to others (the decoding processes, copy threads) overlaps with collecting
-  the last; a placer's `in_flight` (default IN_FLIGHT) says how many may stand put and not finished. An exception in
-  the thread is raised by next().
+  finished, so a put that hands its work to others (the decoding processes) overlaps with collecting the last. An
+  exception in the thread is raised by next().
   `seconds` says where the thread's time went: waiting for host batches ('host'), putting and finishing them
   ('put'), waiting for the loop to take them ('loop')."""
 
   def __init__(self, host_batches, batch_placer):
     self._host, self._placer = host_batches, batch_placer
-    self._in_flight = getattr(batch_placer, "in_flight", IN_FLIGHT)
     self._ready = queue.Queue(AHEAD)
     self._stop = threading.Event()
     self.seconds = dict(host=0.0, put=0.0, loop=0.0)
@@ -43,7 +41,7 @@ class Feed:
         pending.append((self._placer.put(batch), skipped))
         self.seconds["host"] += put - start
         self.seconds["put"] += time.perf_counter() - put
-        if len(pending) == self._in_flight:
+        if len(pending) == IN_FLIGHT:
           self._finish(*pending.popleft())
     except BaseException as e:  # noqa: BLE001  (handed to the loop, which raises it after the batches before it)
       try:

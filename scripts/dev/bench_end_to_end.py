@@ -41,16 +41,16 @@ from alexnet_jax.data.device_batches import BatchLayout, random_batch
 from alexnet_jax.training import loop, train
 
 
-def built_ahead(workers: int, in_flight: int = IN_FLIGHT) -> int:
+def built_ahead(workers: int) -> int:
   """Batches that can stand decoded and waiting when a window opens: in each worker process, the batches under way
-  (BATCHES_AHEAD) and Grain's one finished; the feed's, put (its placer's in_flight) and ready (AHEAD)."""
-  return (BATCHES_AHEAD + 1) * max(1, workers) + in_flight + AHEAD
+  (BATCHES_AHEAD) and Grain's one finished; the feed's, put (IN_FLIGHT) and ready (AHEAD)."""
+  return (BATCHES_AHEAD + 1) * max(1, workers) + IN_FLIGHT + AHEAD
 
 
-def settling(workers: int, in_flight: int = IN_FLIGHT) -> int:
+def settling(workers: int) -> int:
   """Steps before a window that times decoding opens: start-up (the workers' first batches, the compiles), then as
   many as batches stand built ahead meanwhile."""
-  return BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers, in_flight)
+  return BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers)
 
 
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
@@ -150,22 +150,21 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
                           device_slots=round(on_devices * dataset.num_train))
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
-    ahead, warm = built_ahead(workers, put.in_flight), settling(workers, put.in_flight)
-    filled = rule.fill_end // batch + 1
+    warm, filled = settling(workers), rule.fill_end // batch + 1
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
     timed = filled - warm - 1  # the first epoch's steps left
     first = None
-    if timed >= 3 * ahead:
+    if timed >= 3 * built_ahead(workers):
       first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1)  # noqa: B023
     else:
       print(f"{text}: the first epoch is not timed: {max(0, timed)} of its steps are left after start-up, fewer than "
-            f"{3 * ahead}; it needs a store of at least "
-            f"{(warm + 1 + 3 * ahead) * batch / max(fraction, 1e-3):,.0f} images at batch {batch}",
+            f"{3 * built_ahead(workers)}; it needs a store of at least "
+            f"{(warm + 1 + 3 * built_ahead(workers)) * batch / max(fraction, 1e-3):,.0f} images at batch {batch}",
             flush=True)
       for _ in range(max(0, timed)):
         jax.block_until_ready(step(next(feed)[0]))
-    for _ in range(AHEAD + put.in_flight):  # the batches the fill's last steps built ahead; the assembly compiles
+    for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
     before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
     # The median of three windows: the first batch of a row count not met before compiles the devices' assembly
