@@ -138,7 +138,7 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   out = tmp_path / "end_to_end.json"
   run = script("dev/bench_end_to_end.py", *SMALL, "--config.dataset.resize=72", f"--store={tmp_path / 'store'}",
                "--config.batch_size=4", "--steps=2", "--settings=cpu:0:1,gpu:0:1:0.5", "--decoder_rows=all",
-               "--decoder_seconds=0.5", "--cache=1,host:0.5,sharded:0.5", f"--json={out}")
+               "--decoder_seconds=0.5", "--cache=1,host:0.5,sharded:0.5", "--group_rows=8,0", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["devices"] == 2 and result["batch"] == 4 and result["synthetic_images_per_s"] > 0
@@ -155,17 +155,20 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
     assert row["of_synthetic"] == pytest.approx(row["images_per_s"] / result["synthetic_images_per_s"])
     assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 2  # 2 steps: edges count
   assert "of synthetic" in run.stdout
-  # The device cache holding the whole store, then the host's holding half: the epochs after the first read them.
-  full, half, sharded = result["cache"]
+  # The device cache holding the whole store, then the host's holding half, its puts two batches (8 rows) and one: the
+  # epochs after the first read them.
+  full, half, one_a_put, sharded = result["cache"]
   assert (full["cache"], full["fraction"], half["cache"], half["fraction"]) == ("device", 1.0, "host", 0.5)
+  assert (full["group"], half["group"], one_a_put["group"], sharded["group"]) == (1, 2, 1, 1)
+  assert one_a_put["images"] == half["images"] and one_a_put["later_images_per_s"] > 0
   assert (sharded["cache"], sharded["images"]) == ("sharded", round(0.5 * full["images"]))
   assert half["images"] == round(full["images"] / 2) > 0
   assert full["later_images_per_s"] > 0 and half["later_images_per_s"] > 0
   # Six batches an epoch are fewer than the batches that can stand built ahead: a first epoch so short is not timed,
   # and the row says how large a store would be.
-  assert all(row["first_epoch_images_per_s"] is None for row in (full, half, sharded))
+  assert all(row["first_epoch_images_per_s"] is None for row in (full, half, one_a_put, sharded))
   assert "1: the first epoch is not timed" in run.stdout and "it needs a store of at least" in run.stdout
-  assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half, sharded))
+  assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half, one_a_put, sharded))
   assert sharded["later_images_per_s"] > 0
   assert half["model_images_per_s"] == pytest.approx(min(result["synthetic_images_per_s"],
                                                           2 * result["cache_host_images_per_s"]))

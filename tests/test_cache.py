@@ -86,7 +86,7 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, kind):
   for step in range(start, start + 14):  # 112 rows: the fill, then more than three epochs
     host, skipped = cached[step]
     want, want_skipped = plain[step]
-    got, _ = put.put(host)()
+    (got, _), = put.put([host])()
     assert list(got) == list(want) and got["image"].sharding == rows.sharding(4)
     for k in want:
       np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{k} of step {step}")
@@ -110,20 +110,27 @@ def test_cached_batches_are_the_decoded_ones(dataset, mesh, start, kind):
 
 @pytest.mark.parametrize("kind", ("host", "tiered"))
 @pytest.mark.parametrize("start", [0, 3], ids=["fresh", "resumed mid-epoch"])
-def test_batches_put_before_the_last_is_finished_are_the_decoded_ones(dataset, start, kind):
-  # The feed puts the next batch before it finishes the last; here every batch is put first: the copies of later
-  # batches run while earlier ones wait, and still read the images that earlier ones wrote into the cache.
+@pytest.mark.parametrize("group", [1, 3], ids=["a batch a put", "three batches a put"])
+def test_batches_put_before_the_last_is_finished_are_the_decoded_ones(dataset, start, kind, group):
+  # The feed puts the next batches before it finishes the last; here every put comes first: the copies of later
+  # batches run while earlier ones wait, and still read the images that earlier ones wrote into the cache. Three
+  # batches a put: puts that write, that read, and (resumed) one that does both, batch after batch within it; the last
+  # put holds two batches, as where the host's batches ended midway.
   rows = BatchLayout(sharding.make_mesh(1, 2), ("data",))
   rule = schedule(kind, rows.blocks, start)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = cache.cached_put(kind, rows, SIZE, 16, rule)
+  assert put.group == cache.GROUP_ROWS // BATCH  # all of a batch's rows are this process's
   steps = range(start, start + 14)
-  finishes = [put.put(cached[step][0]) for step in steps]
-  for step, finish in zip(steps, finishes):
-    got, _ = finish()
+  finishes = [put.put([cached[step][0] for step in steps[i:i + group]]) for i in range(0, len(steps), group)]
+  got = [batch for finish in finishes for batch, _ in finish()]
+  assert len(got) == len(steps)
+  for step, batch in zip(steps, got):
+    assert list(batch) == ["image", "offset", "flip", "shift", "label"], list(batch)
     for k, want in plain[step][0].items():
-      np.testing.assert_array_equal(np.asarray(got[k]), want, err_msg=f"{k} of step {step}")
+      assert batch[k].sharding == rows.sharding(want.ndim), k
+      np.testing.assert_array_equal(np.asarray(batch[k]), want, err_msg=f"{k} of step {step}")
   put.close()
 
 
@@ -159,7 +166,7 @@ def test_after_the_fill_no_image_of_either_tier_is_decoded(start):
       assert read == sorted(i for i in host["index"].tolist() if i >= SLOTS), (step, read)
       tiers["devices"] += int((host["index"] < ON_DEVICES).sum())
       tiers["host"] += int(((host["index"] >= ON_DEVICES) & (host["index"] < SLOTS)).sum())
-    got, _ = put.put(host)()
+    (got, _), = put.put([host])()
     np.testing.assert_array_equal(np.asarray(got["image"]), plain[step][0]["image"])  # and still the batch
   assert min(tiers.values()) > BATCH  # both tiers read, each more than a batch's worth of rows
 
@@ -264,7 +271,7 @@ def test_a_cached_batch_with_crops_outside_the_images_is_refused(dataset):
   host, _ = train_batches(dataset, BATCH, cached=rule)[0]
   host["offset"] = host["offset"] + SIZE  # XLA would clamp such a crop silently
   with pytest.raises(ValueError, match="crop offsets must lie in"):
-    cache.CachedPut(rows, SIZE, 16, rule).put(host)
+    cache.CachedPut(rows, SIZE, 16, rule).put([host])
 
 
 def test_a_tiered_batch_that_sends_more_rows_than_it_says_is_refused(dataset):
@@ -273,7 +280,7 @@ def test_a_tiered_batch_that_sends_more_rows_than_it_says_is_refused(dataset):
   host, _ = train_batches(dataset, BATCH, cached=rule)[0]  # the fill: every row decoded and sent
   host["sent"] = np.int32(BATCH // 2)  # a process that counted only its own rows would say so
   with pytest.raises(ValueError, match=f"send up to {BATCH} rows, more than its 'sent' {BATCH // 2}"):
-    cache.cached_put("tiered", rows, SIZE, 16, rule).put(host)
+    cache.cached_put("tiered", rows, SIZE, 16, rule).put([host])
 
 
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())

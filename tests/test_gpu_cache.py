@@ -16,15 +16,17 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a CUDA GPU")]
 
 
-def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dataset):  # noqa: F811
+@pytest.mark.parametrize("group", [1, 3], ids=["a batch a put", "three batches a put"])
+def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dataset, group):  # noqa: F811
   rows = BatchLayout(sharding.make_mesh(1, 1), ("data",))
   rule = cache.Schedule(SLOTS, N, BATCH, rows.blocks, 0)
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = cache.HostCachedPut(rows, SIZE, 16, rule)
-  steps = 4 * cache.BUFFERS + 2  # the fill, then every buffer used again several times over
-  finishes = [put.put(cached[step][0]) for step in range(steps)]  # every batch put before the first is finished
-  placed = [finish()[0] for finish in finishes]  # all held until the end
+  steps = group * (4 * cache.BUFFERS + 2)  # the fill, then every buffer used again several times over
+  # every put made before the first is finished
+  finishes = [put.put([cached[s][0] for s in range(step, step + group)]) for step in range(0, steps, group)]
+  placed = [batch for finish in finishes for batch, _ in finish()]  # all held until the end
   for step, got in enumerate(placed):
     want, _ = plain[step]
     for k in want:

@@ -14,12 +14,14 @@ from the global batch so that every process sends as many. CachedPut assembles t
 and writes the decoded rows into the cache, which every device holds whole (all copies kept equal) or, sharded, a
 block of the slots each, one reduce-scatter handing each device its rows. HostCachedPut assembles the batch in this
 process's memory and places it; TieredCachedPut assembles there the rows the devices do not hold, places them as
-HostCachedPut does and has the devices complete the batch as CachedPut does.
+HostCachedPut does and has the devices complete the batch as CachedPut does. The host's puts take several consecutive
+batches at once (GROUP_ROWS), each row block's rows of each batch in turn (_in_turn), which the devices split again.
 """
 
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import mmap
 import os
@@ -39,6 +41,7 @@ from alexnet_jax.data.sources import DataError
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
 COPY_THREADS = min(8, len(os.sched_getaffinity(0)))  # the host cache's copies: memory's bandwidth, not the cores
 BUFFERS = 3  # the host cache's batch buffers, each used again once its batch has crossed to the devices
+GROUP_ROWS = 512  # of this process's rows: a host cache's put takes as many consecutive batches together
 SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
 
 
@@ -106,7 +109,7 @@ def sent_per_block(rule: Schedule, step: int, indices: np.ndarray) -> np.ndarray
 
 
 class CachedPut(HostPut):
-  """put(host batch under the cache) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
+  """put([host batch under the cache]) → finish, as data.feed.Feed takes it: the decoded rows and the draws placed on
   the mesh, the contract's batch assembled on the devices from them and the cache, the decoded rows with slots
   written into the cache. Batches must come in order from rule.start: whether one writes follows the step.
   The assembly is finish's, which the feed calls after it has put the next batch: by then the placed rows have had
@@ -115,90 +118,117 @@ class CachedPut(HostPut):
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, sharded: bool = False):
     super().__init__(rows, size, image_size)
-    self.rule, self.step = rule, rule.start
+    self.rule, self.step, self.sharded = rule, rule.start, sharded
     # sharded: row block b holds slots [b·k, (b+1)·k), k = held / blocks; the last block's tail is never written
     held = -(-rule.slots // rows.blocks) * rows.blocks if sharded else rule.slots
     where = NamedSharding(rows.mesh, P(rows.axes) if sharded else P())
     self.images = jax.jit(lambda: jnp.zeros((held, size, size, 3), jnp.uint8), out_shardings=where)()
     self.labels = jax.jit(lambda: jnp.zeros((held,), jnp.int32), out_shardings=where)()
-    self._assemble = {write: _assembly(rows, rule.slots, write, sharded) for write in (False, True)}
+    self._assemble = {}  # (each batch's writes, the arrays' ranks) → the jitted assembly
 
-  def put(self, batch: dict):
+  def put(self, batches: list[dict]):
+    batch, = batches
     _decoded_per_block(batch, self.rule)
     check_batch(batch, self.size, self.image_size)
     on_device = self.rows.put(batch)
+    return lambda: [(b, 0) for b in self.assemble(on_device, 1)]
 
-    def finish():
-      images, labels = self.assemble(on_device)
-      return dict(image=images, **on_device, label=labels), 0
-
-    return finish
-
-  def assemble(self, on_device: dict) -> tuple:
-    """(the batch's images, its labels) from the placed 'image', 'decoded', 'index' and 'label' (taken out of
-    `on_device`) and the cache, which takes the decoded rows with slots first where the step writes."""
-    self.images, self.labels, images, labels = self._assemble[self.rule.writes(self.step)](
-        self.images, self.labels, *(on_device.pop(key) for key in ("image", "decoded", "index", "label")))
-    self.step += 1
-    return images, labels
+  def assemble(self, on_device: dict, group: int) -> list[dict]:
+    """The contract's batches of `group` consecutive steps from their arrays placed together (each row block's rows
+    of each batch in turn: `image` K a batch, the others a block's rows) and the cache, which takes the decoded rows
+    with slots first where a step writes."""
+    writes = tuple(self.rule.writes(step) for step in range(self.step, self.step + group))
+    key = writes, tuple((k, v.ndim) for k, v in on_device.items())
+    if key not in self._assemble:
+      self._assemble[key] = _assembly(self.rows, self.rule.slots, writes, dict(key[1]), self.sharded)
+    self.images, self.labels, batches = self._assemble[key](self.images, self.labels, on_device)
+    self.step += group
+    return batches
 
 
 class HostCachedPut(HostPut):
-  """put(host batch under the cache) → finish, as CachedPut, with the cache in this process's memory: the batch's
-  decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batch placed
-  as a decoded one. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
-  rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut)."""
+  """put(host batches under the cache) → finish, as CachedPut, with the cache in this process's memory: the batches'
+  decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batches placed
+  as decoded ones. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
+  rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut).
+  A put takes `group` consecutive batches, GROUP_ROWS of this process's rows, together: the host's cost of a put
+  (starting the copies, the puts, the devices' assembly) hardly depends on its rows, Python holding the GIL against
+  the training loop's thread, and at small batches it bound the feed (docs/BENCHMARKS.md, the tiered cache's rows)."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size)
     self.rule, self.step, self.first = rule, rule.start, rule.device_slots
+    share = rows.process_rows(rule.batch_size)
+    self.group = max(1, GROUP_ROWS // (share.stop - share.start))
     # Pages are taken as images are written: a cache the run never fills costs nothing.
     self.images = np.empty((rule.slots - self.first, size, size, 3), np.uint8)
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
     self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
-    self._join = {}  # chunks → the devices' join of a batch's image chunks
+    self._join = {}  # chunks → the devices' join of a put's image chunks
+    self._split = {}  # (batches, the arrays' ranks) → the devices' split of a put's arrays into its batches
     # copying rows here; waiting for a buffer to be free; putting the pixels, the rest; (tiered) the devices' assembly
     self.seconds = dict(copy=0.0, wait=0.0, place=0.0, draws=0.0)
 
-  def put(self, batch: dict):
-    k = _decoded_per_block(batch, self.rule)
-    check_batch(batch, self.size, self.image_size)
+  def put(self, batches: list[dict]):
     per_block = self.rule.batch_size // self.rule.blocks
-    draws = {key: batch[key] for key in ("offset", "flip", "shift")}
-    images, on_device, chunks = self._gathered(batch, k, np.arange(len(batch["label"])) % per_block, per_block, draws)
-    self.step += 1
-    images = self._placed(images, chunks)
-    return lambda: (dict(image=images, **on_device), 0)
+    for batch in batches:
+      _decoded_per_block(batch, self.rule)
+      check_batch(batch, self.size, self.image_size)
+    sent = [np.arange(len(batch["label"])) % per_block for batch in batches]
+    draws = [{key: batch[key] for key in ("offset", "flip", "shift")} for batch in batches]
+    images, on_device, chunks = self._gathered(batches, sent, per_block, draws)
+    on_device = dict(image=self._placed(images, chunks), **on_device)
+    if len(batches) == 1:
+      return lambda: [(on_device, 0)]
+    key = len(batches), tuple((k, v.ndim) for k, v in on_device.items())
+    if key not in self._split:
+      self._split[key] = _split(self.rows, *key)
+    return lambda: [(b, 0) for b in self._split[key](on_device)]
 
-  def _gathered(self, batch: dict, k: int, sent: np.ndarray, width: int, draws: dict) -> tuple[np.ndarray, dict, int]:
-    """(buffer, arrays on the mesh, chunks): the rows that `sent` gives a place among their block's `width` (−1:
-    not sent) copied into a buffer of `width` rows a block, held chunk-major in `chunks` parts (_chunk_major), the
-    decoded ones from the batch and the cached ones from this cache; `draws` and the batch's labels, this cache's
-    filled in, placed on the mesh while the rows are copied. First, where the step writes, the decoded rows with
-    slots here go into the cache."""
-    places, indices = batch["decoded"], batch["index"]
+  def _gathered(self, batches: list[dict], sent: list[np.ndarray], width: int,
+                draws: list[dict]) -> tuple[np.ndarray, dict, int]:
+    """(buffer, arrays on the mesh, chunks) of consecutive `batches`: the rows that their `sent` gives a place among
+    their block's `width` (−1: not sent) copied into a buffer of `width` rows a block and batch (each block's rows of
+    each batch in turn), held chunk-major in `chunks` parts (_chunk_major), the decoded ones from the batches and the
+    cached ones from this cache; `draws` and the batches' labels, this cache's filled in, placed on the mesh in the
+    same order while the rows are copied. First, where a step writes, the decoded rows with slots here go into the
+    cache: a batch may read an image that an earlier row of it, or an earlier batch, decoded; a later one rewrites
+    an image only with its same pixels."""
     per_block = self.rule.batch_size // self.rule.blocks
-    decoded = np.flatnonzero(places >= 0)
-    host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
-    slot = indices - self.first  # in this cache
-    if self.rule.writes(self.step):  # first: a batch may read an image that an earlier row of it decoded
-      into = (slot[decoded] >= 0) & (indices[decoded] < self.rule.slots)
-      self._copy_rows([(self.images, slot[decoded][into], batch["image"], host_rows[into])])
-      self.labels[slot[decoded][into]] = batch["label"][decoded][into]
-    here = np.flatnonzero((places < 0) & (sent >= 0))  # the cached rows that this cache gives
-    n = len(places) // per_block * width
+    n, group = len(batches[0]["label"]), len(batches)
+    total = n // per_block * group * width
+    chunks = math.gcd(group * width, COPY_THREADS)
+    order = _chunk_major(total, group * width, chunks)  # each sent row's place in the buffer, by its place in turn
     start = time.perf_counter()
-    images, labels = self._buffers.take(n, len(places)), batch["label"].copy()
+    images = self._buffers.take(total, self.group * n)
     self.seconds["wait"] += time.perf_counter() - start
-    chunks = 1 if self._buffers.mapped else math.gcd(width, COPY_THREADS)
-    order = _chunk_major(n, width, chunks)  # each sent row's place in the buffer, by its place in the blocks
-    at = order[np.arange(len(places)) // per_block * width + np.maximum(sent, 0)]
-    labels[here] = self.labels[slot[here]]
+    writes, copies, here_at, here_slot, placed = [], [], [], [], []
+    for g, (batch, rows_sent, batch_draws) in enumerate(zip(batches, sent, draws, strict=True)):
+      places, indices = batch["decoded"], batch["index"]
+      k = len(batch["image"]) * per_block // n
+      decoded = np.flatnonzero(places >= 0)
+      host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
+      slot = indices - self.first  # in this cache
+      if self.rule.writes(self.step + g):
+        into = (slot[decoded] >= 0) & (indices[decoded] < self.rule.slots)
+        writes.append((self.images, slot[decoded][into], batch["image"], host_rows[into]))
+        self.labels[slot[decoded][into]] = batch["label"][decoded][into]
+      here = np.flatnonzero((places < 0) & (rows_sent >= 0))  # the cached rows that this cache gives
+      at = order[np.arange(n) // per_block * (group * width) + g * width + np.maximum(rows_sent, 0)]
+      labels = batch["label"].copy()
+      labels[here] = self.labels[slot[here]]
+      copies.append((images, at[decoded], batch["image"], host_rows))
+      here_at.append(at[here])
+      here_slot.append(slot[here])
+      placed.append(dict(batch_draws, label=labels))
+    self.step += group
+    if writes:
+      self._copy_rows(writes)
     # The small arrays' puts beside the copy, which lets go of the GIL.
-    placing = self._draws.submit(self._put_draws, dict(draws, label=labels))
-    self._copy_rows([(images, at[decoded], batch["image"], host_rows), (images, at[here], self.images, slot[here])])
+    placing = self._draws.submit(self._put_draws, _in_turn(placed, per_block))
+    self._copy_rows(copies + [(images, np.concatenate(here_at), self.images, np.concatenate(here_slot))])
     return images, placing.result(), chunks
 
   def _placed(self, images: np.ndarray, chunks: int):
@@ -314,11 +344,11 @@ class _Buffers:
 
 
 class TieredCachedPut(HostCachedPut):
-  """put(host batch under a tiered rule) → finish, as CachedPut: the rows the device tier does not hold (the decoded
-  ones and the host tier's) assembled in this process's memory and placed as HostCachedPut places a batch, K′ a
-  block ('sent'), then the contract's batch assembled on the devices from them and the device tier, a block of its
-  slots on each row block's devices, as CachedPut(sharded=True) does. The decoded rows with slots go into their tier
-  while the rule writes. Batches must come in order from rule.start."""
+  """put(host batches under a tiered rule) → finish, as CachedPut: the rows the device tier does not hold (the
+  decoded ones and the host tier's) assembled in this process's memory and placed as HostCachedPut places batches,
+  K′ a block ('sent', the most of the put's batches), then the contract's batches assembled on the devices from them
+  and the device tier, a block of its slots on each row block's devices, as CachedPut(sharded=True) does. The
+  decoded rows with slots go into their tier while the rule writes. Batches must come in order from rule.start."""
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
     super().__init__(rows, size, image_size, rule)
@@ -326,27 +356,29 @@ class TieredCachedPut(HostCachedPut):
     self.devices = CachedPut(rows, size, image_size, held, sharded=True)
     self.seconds["assemble"] = 0.0
 
-  def put(self, batch: dict):
-    k, width = _decoded_per_block(batch, self.rule), int(batch["sent"])
-    check_batch(batch, self.size, self.image_size)
-    places, indices = batch["decoded"], batch["index"]
-    sent = (places >= 0) | (indices >= self.first)
+  def put(self, batches: list[dict]):
     per_block = self.rule.batch_size // self.rule.blocks
-    counts = np.cumsum(sent.reshape(-1, per_block), axis=1)
-    if counts[:, -1].max(initial=0) > width:
-      raise ValueError(f"a tiered batch's row blocks send up to {counts[:, -1].max()} rows, more than its 'sent' "
-                       f"{width}")
-    sent = np.where(sent, counts.reshape(-1) - 1, -1).astype(np.int32)
-    draws = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], decoded=sent, index=indices)
-    images, on_device, chunks = self._gathered(batch, k, sent, width, draws)
-    self.step += 1
+    sent, draws = [], []
+    for batch in batches:
+      _decoded_per_block(batch, self.rule)
+      check_batch(batch, self.size, self.image_size)
+      places, indices = batch["decoded"], batch["index"]
+      rows = (places >= 0) | (indices >= self.first)
+      counts = np.cumsum(rows.reshape(-1, per_block), axis=1)
+      if counts[:, -1].max(initial=0) > int(batch["sent"]):
+        raise ValueError(f"a tiered batch's row blocks send up to {counts[:, -1].max()} rows, more than its 'sent' "
+                         f"{int(batch['sent'])}")
+      sent.append(np.where(rows, counts.reshape(-1) - 1, -1).astype(np.int32))
+      draws.append(dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], decoded=sent[-1],
+                        index=indices))
+    images, on_device, chunks = self._gathered(batches, sent, max(int(batch["sent"]) for batch in batches), draws)
     on_device["image"] = self._placed(images, chunks)
 
     def finish():
       start = time.perf_counter()
-      images, labels = self.devices.assemble(on_device)
+      assembled = self.devices.assemble(on_device, len(batches))
       self.seconds["assemble"] += time.perf_counter() - start
-      return dict(image=images, **on_device, label=labels), 0
+      return [(b, 0) for b in assembled]
 
     return finish
 
@@ -390,13 +422,63 @@ def _decoded_per_block(batch: dict, rule: Schedule) -> int:
   return k
 
 
-def _assembly(rows: BatchLayout, slots: int, write: bool, sharded: bool = False):
-  """The jitted (cache images, cache labels, decoded, places, indices, labels) → (cache images, cache labels, batch
-  images, batch labels), each device on its own rows; `write`: the decoded rows with slots go into the cache;
-  `sharded`: each row block's devices hold their block of the slots (CachedPut)."""
-  axes = rows.axes
+def _in_turn(batches: list[dict], per_block: int) -> dict:
+  """The arrays of consecutive batches (this process's rows of each) as one batch's: each row block's rows of each
+  batch in turn, so that each block's devices take theirs of every batch (_split)."""
+  def joined(arrays):
+    stacked = np.stack(arrays)  # (batches, rows, …)
+    blocks = stacked.reshape(len(arrays), -1, per_block, *stacked.shape[2:]).swapaxes(0, 1)
+    return blocks.reshape(-1, *stacked.shape[2:])
 
-  def assemble(images, labels, decoded, places, indices, host_labels):
+  return {key: joined([b[key] for b in batches]) for key in batches[0]}
+
+
+def _by_batch(arrays: dict, group: int) -> dict:
+  """Within shard_map, a device's rows of `group` batches placed in turn (_in_turn) → (group, its rows of each, …)."""
+  return {k: v.reshape(group, -1, *v.shape[1:]) for k, v in arrays.items()}
+
+
+def _contract_order(keys) -> list[str]:
+  """A batch's keys as the contract orders them: 'image' first, 'label' last (pipeline.py)."""
+  keys = list(keys)
+  return [k for k in ("image",) if k in keys] + [k for k in keys if k not in ("image", "label")] + \
+      [k for k in ("label",) if k in keys]
+
+
+def _batches(stacked: dict, group: int) -> list[dict]:
+  """(group, rows, …) arrays → the group's batches."""
+  return [{k: stacked[k][g] for k in _contract_order(stacked)} for g in range(group)]
+
+
+def _batch_shardings(rows: BatchLayout, ranks: dict, group: int) -> list[dict]:
+  """The shardings of `group` batches of arrays of `ranks` ({key: rank}) placed as HostPut places one."""
+  return [{k: rows.sharding(ranks[k]) for k in _contract_order(ranks)} for _ in range(group)]
+
+
+def _split(rows: BatchLayout, group: int, ranks: tuple):
+  """(arrays of `group` batches placed in turn (_in_turn) → the batches), jitted: each device splits its own rows."""
+  axes = rows.axes
+  mapped = jax.shard_map(functools.partial(_by_batch, group=group), mesh=rows.mesh, in_specs=P(axes),
+                         out_specs=P(None, axes))
+  split = jax.jit(lambda arrays: _batches(mapped(arrays), group),
+                  out_shardings=_batch_shardings(rows, dict(ranks), group))
+  return lambda arrays: _in_order(split(arrays), dict(ranks))
+
+
+def _in_order(batches: list[dict], ranks: dict) -> list[dict]:
+  """`batches` with their keys in the contract's order, which a jitted function's dicts (keys sorted) lose."""
+  return [{k: b[k] for k in _contract_order(ranks) if k in b} for b in batches]
+
+
+def _assembly(rows: BatchLayout, slots: int, writes: tuple[bool, ...], ranks: dict, sharded: bool = False):
+  """The jitted (cache images, cache labels, the placed arrays of len(writes) consecutive batches in turn
+  (_in_turn): 'image' their decoded rows, K a block each; 'decoded' a row's place among them or −1 where the cache
+  gives it, 'index', 'label', the draws) → (cache images, cache labels, the batches), each device on its own rows,
+  batch after batch; `writes`: whether each batch's decoded rows with slots go into the cache; `sharded`: each row
+  block's devices hold their block of the slots (CachedPut); `ranks`: the placed arrays' ranks."""
+  axes, group, write = rows.axes, len(writes), any(writes)
+
+  def assemble(images, labels, decoded, places, indices, host_labels, writing):
     hit = places < 0
     from_host = decoded[jnp.maximum(places, 0)]
     first = lax.axis_index(axes) * len(images) if sharded else 0  # the slots here: [first, first + len(images))
@@ -406,7 +488,7 @@ def _assembly(rows: BatchLayout, slots: int, write: bool, sharded: bool = False)
       return jnp.where(inside, slot - first, len(images))
 
     if write:  # first: a batch may read an image that an earlier row of it decoded (the fill's last epoch's)
-      into = jnp.where(~hit, indices, slots)
+      into = jnp.where(~hit & writing, indices, slots)
       # every device writes every row block's images that it holds: gathered over the row axes
       written = [lax.all_gather(x, axes, tiled=True) for x in (into, from_host, host_labels)]
       images = images.at[here(written[0])].set(written[1], mode="drop")
@@ -424,14 +506,39 @@ def _assembly(rows: BatchLayout, slots: int, write: bool, sharded: bool = False)
     batch_images = jnp.where(hit[:, None, None, None], cached[0], from_host)
     return images, labels, batch_images, jnp.where(hit, cached[1], host_labels)
 
+  def assemble_all(images, labels, placed):
+    placed = _by_batch(placed, group)
+
+    def step(cache, x):
+      images, labels, batch_images, batch_labels = assemble(*cache, x["image"], x["decoded"], x["index"],
+                                                            x["label"], x["writing"])
+      return (images, labels), (batch_images, batch_labels)
+
+    (images, labels), (batch_images, batch_labels) = lax.scan(
+        step, (images, labels), dict(placed, writing=jnp.array(writes)))
+    draws = {k: v for k, v in placed.items() if k not in ("image", "decoded", "index", "label")}
+    return images, labels, dict(image=batch_images, **draws, label=batch_labels)
+
   # Unsharded, the cache's copies stay equal (every device writes the gathered rows), which JAX's check cannot see:
   # all_gather's result counts as varying over the axes it gathered.
   held = P(axes) if sharded else P()
-  mapped = jax.shard_map(assemble, mesh=rows.mesh, in_specs=(held, held, P(axes), P(axes), P(axes), P(axes)),
-                         out_specs=(held, held, P(axes), P(axes)), check_vma=False)
-  cache_sharding = NamedSharding(rows.mesh, held)  # and the batch placed exactly as HostPut places it
-  return jax.jit(mapped, donate_argnums=(0, 1),
-                 out_shardings=(cache_sharding, cache_sharding, rows.sharding(4), rows.sharding(1)))
+  mapped = jax.shard_map(assemble_all, mesh=rows.mesh, in_specs=(held, held, P(axes)),
+                         out_specs=(held, held, P(None, axes)), check_vma=False)
+  cache_sharding = NamedSharding(rows.mesh, held)  # and the batches placed exactly as HostPut places one
+  out = {k: r for k, r in ranks.items() if k not in ("decoded", "index")}
+
+  def run(images, labels, placed):
+    images, labels, stacked = mapped(images, labels, placed)
+    return images, labels, _batches(stacked, group)
+
+  jitted = jax.jit(run, donate_argnums=(0, 1),
+                   out_shardings=(cache_sharding, cache_sharding, _batch_shardings(rows, out, group)))
+
+  def assembled(images, labels, placed):
+    images, labels, batches = jitted(images, labels, placed)
+    return images, labels, _in_order(batches, out)
+
+  return assembled
 
 
 def slots(limit: int, num_train: int, size: int, mesh, step_bytes: int, shards: int = 1) -> int:

@@ -120,24 +120,27 @@ def _unpacked(rows: BatchLayout, spec: tuple):
 
 
 class HostPut:
-  """put(host batch) → finish, finish() → (device batch, images skipped on the device: none), as data.feed.Feed
-  takes it: the host's images and draws placed on the mesh."""
+  """put([host batch]) → finish, finish() → [(device batch, images skipped on the device: none)], as data.feed.Feed
+  takes them: the host's images and draws placed on the mesh, a batch a put (`group`)."""
+
+  group = 1  # the batches a put takes
 
   def __init__(self, rows: BatchLayout, size: int, image_size: int):
     self.rows, self.size, self.image_size = rows, size, image_size
     self.seconds = {}  # where a put's time went beyond the feed's own split: nowhere else here
 
-  def put(self, batch: dict):
+  def put(self, batches: list[dict]):
+    batch, = batches
     check_batch(batch, self.size, self.image_size)
     on_device = self.rows.put(batch)
-    return lambda: (on_device, 0)
+    return lambda: [(on_device, 0)]
 
   def close(self) -> None:
     pass
 
 
 class DevicePut(HostPut):
-  """put(host batch of JPEGs) → finish, as HostPut: the devices' decoding processes (nvdecode.py) decode each
+  """put([host batch of JPEGs]) → finish, as HostPut: the devices' decoding processes (nvdecode.py) decode each
   device's rows; finish collects them with the draws and labels placed beside them. close() stops the processes;
   `seconds` says where the decoding's time went."""
 
@@ -148,7 +151,8 @@ class DevicePut(HostPut):
     self.decoder = nvdecode.DeviceDecoder(rows.sharding(4), batch_size, host, nvdecode.THREADS, backends)
     self.seconds = self.decoder.seconds
 
-  def put(self, batch: dict):
+  def put(self, batches: list[dict]):
+    batch, = batches
     check_batch(batch, self.size, self.image_size)
     if len(batch["label"]) != self.share:
       raise ValueError(f"expected {self.share} images in this process's batch, got {len(batch['label'])}")
@@ -157,7 +161,7 @@ class DevicePut(HostPut):
     def finish():
       images, labels, skipped = decoded()
       rest = dict(offset=batch["offset"], flip=batch["flip"], shift=batch["shift"], label=labels)
-      return dict(image=images, **self.rows.put(rest)), skipped
+      return [(dict(image=images, **self.rows.put(rest)), skipped)]
 
     return finish
 

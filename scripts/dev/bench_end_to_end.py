@@ -3,7 +3,7 @@ the step's speed the input path keeps, and where its time goes.
 
   python scripts/dev/bench_end_to_end.py --config configs/alexnet_2gpu.py [--config.key=value …] --store DIR
       [--steps 48] [--settings cpu:16:4,gpu-hardware:16:2:0.4] [--decoder_rows all,hardware] [--decoder_seconds 3]
-      [--cache 1,0.5,host:0.5,tiered:0.33:0.67] [--json OUT.json]
+      [--cache 1,0.5,host:0.5,tiered:0.33:0.67] [--group_rows 512,0] [--json OUT.json]
 
 The config's network, mesh, batch size, dtype and kernels over the store, in one process and one compiled step.
 Rows: synthetic (the step on random images already on the devices); decoders (nvdecode.DeviceDecoder for each
@@ -13,7 +13,8 @@ decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: b
 cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
 next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
 (1 − f)), where the feed's thread and the host cache's copies and puts spent their time, and how many ImageNet images
-the device cache would hold). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
+the device cache would hold; the host and tiered caches once for each --group_rows, cache.GROUP_ROWS: the rows a put
+takes together, 0 a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
 after start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a
 full pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row
 says how large a store would be.
@@ -41,16 +42,17 @@ from alexnet_jax.data.device_batches import BatchLayout, random_batch
 from alexnet_jax.training import loop, train
 
 
-def built_ahead(workers: int) -> int:
+def built_ahead(workers: int, group: int = 1) -> int:
   """Batches that can stand decoded and waiting when a window opens: in each worker process, the batches under way
-  (BATCHES_AHEAD) and Grain's one finished; the feed's, put (IN_FLIGHT) and ready (AHEAD)."""
-  return (BATCHES_AHEAD + 1) * max(1, workers) + IN_FLIGHT + AHEAD
+  (BATCHES_AHEAD) and Grain's one finished; the feed's, put (IN_FLIGHT puts) and ready (AHEAD puts' worth), `group`
+  batches a put."""
+  return (BATCHES_AHEAD + 1) * max(1, workers) + (IN_FLIGHT + AHEAD) * group
 
 
-def settling(workers: int) -> int:
+def settling(workers: int, group: int = 1) -> int:
   """Steps before a window that times decoding opens: start-up (the workers' first batches, the compiles), then as
   many as batches stand built ahead meanwhile."""
-  return BATCHES_AHEAD * max(1, workers) + AHEAD + 2 + built_ahead(workers)
+  return BATCHES_AHEAD * max(1, workers) + (AHEAD + 2) * group + built_ahead(workers, group)
 
 
 def images_per_s(step_fn, batch: int, steps: int, windows: int = 3) -> float:
@@ -131,17 +133,22 @@ flags.DEFINE_float("decoder_seconds", 3.0, "how long each of a decoder row's thr
 flags.DEFINE_string("cache", "", "fractions of the store for the device cache to hold, comma-separated; "
                     "'sharded:F' for the device cache split over the batch's row blocks, 'host:F' for the host cache, "
                     "'tiered:FD:FH' for FD on the devices (as sharded) and the next FH in the host's memory ('' none)")
+flags.DEFINE_list("group_rows", [str(cache.GROUP_ROWS)], "the host and tiered caches' rows a put takes together "
+                  "(cache.GROUP_ROWS), each a row; 0: a batch a put")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
 
 
 def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int, steps: int, host: float,
-               synthetic: float) -> list[dict]:
+               synthetic: float, group_rows: list[int]) -> list[dict]:
   """The cache rows: per fraction ('F' on the devices, 'sharded:F' a block on each of the devices that split the
   rows, 'host:F' in the host's memory, 'tiered:FD:FH' FD as sharded and FH in the host's memory), the first epoch's
   images/s and the later epochs', the model's."""
   batch, out = config.batch_size, []
-  for text in fractions:
+  runs = [(text, rows) for text in fractions for rows in (group_rows if text.split(":")[0] in ("host", "tiered")
+                                                            else group_rows[:1])]
+  for text, rows in runs:
+    cache.GROUP_ROWS = rows  # read as the put is made
     where, *numbers = text.split(":") if ":" in text else ("", text)
     if (where, len(numbers)) not in (("", 1), ("sharded", 1), ("host", 1), ("tiered", 2)):
       raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F, host:F or tiered:FD:FH")
@@ -150,21 +157,21 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
                           device_slots=round(on_devices * dataset.num_train))
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
-    warm, filled = settling(workers), rule.fill_end // batch + 1
+    warm, filled, ahead = settling(workers, put.group), rule.fill_end // batch + 1, built_ahead(workers, put.group)
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
     timed = filled - warm - 1  # the first epoch's steps left
     first = None
-    if timed >= 3 * built_ahead(workers):
+    if timed >= 3 * ahead:
       first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1)  # noqa: B023
     else:
       print(f"{text}: the first epoch is not timed: {max(0, timed)} of its steps are left after start-up, fewer than "
-            f"{3 * built_ahead(workers)}; it needs a store of at least "
-            f"{(warm + 1 + 3 * built_ahead(workers)) * batch / max(fraction, 1e-3):,.0f} images at batch {batch}",
+            f"{3 * ahead}; it needs a store of at least "
+            f"{(warm + 1 + 3 * ahead) * batch / max(fraction, 1e-3):,.0f} images at batch {batch}",
             flush=True)
       for _ in range(max(0, timed)):
         jax.block_until_ready(step(next(feed)[0]))
-    for _ in range(AHEAD + 2):  # the batches the fill's last steps built ahead; the reading assembly compiles
+    for _ in range((AHEAD + 2) * put.group):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
     before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
     # The median of three windows: the first batch of a row count not met before compiles the devices' assembly
@@ -175,7 +182,7 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
     held = {"host": 0, "tiered": rule.device_slots}.get(where, rule.slots)  # of them, on the devices
-    out.append(dict(fraction=fraction, cache=where or "device", images=rule.slots, device_images=held,
+    out.append(dict(fraction=fraction, cache=where or "device", group=put.group, images=rule.slots, device_images=held,
                     first_epoch_steps=max(0, timed), first_epoch_images_per_s=first,
                     first_epoch_of_host=first and first / host, later_images_per_s=later, later_feed=split,
                     later_put={k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before},
@@ -254,7 +261,7 @@ def main(argv):
     host = pipeline_rate(data, batch, args.steps, int(first[1]))
     out["cache_host_images_per_s"] = host
     out["cache"] = cache_rows(config, data, setup, step, args.cache.split(","), int(first[1]), args.steps, host,
-                              out["synthetic_images_per_s"])
+                              out["synthetic_images_per_s"], [int(r) for r in args.group_rows])
     out["imagenet_in_cache"] = imagenet_fits(p_train_step, batch, data, setup, state, key)
     print(f"ImageNet in the cache: {out['imagenet_in_cache']}", flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
