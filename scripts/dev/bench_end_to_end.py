@@ -125,6 +125,7 @@ def decoder_rates(dataset, setup, batch: int, backends: str, step_fn, seconds: f
 cli.define_config("a configs/*.py file")
 flags.DEFINE_string("store", None, "the store that scripts/prepare_data.py wrote")
 flags.DEFINE_integer("steps", 48, "steps timed per row")
+flags.DEFINE_integer("windows", 3, "a cache row's later epochs: the median of this many windows of --steps steps")
 flags.DEFINE_string("settings", "cpu:16:4,gpu:8:2,gpu-hardware:8:2,gpu-hardware:16:2:0.4",
                     "decoder[-gpu_backends]:workers:threads[:host_share], comma-separated")
 flags.DEFINE_string("decoder_rows", ",".join(GPU_BACKENDS),
@@ -140,7 +141,7 @@ IMAGENET_TRAIN = 1_281_167
 
 
 def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int, steps: int, host: float,
-               synthetic: float, group_rows: list[int]) -> list[dict]:
+               synthetic: float, group_rows: list[int], windows: int = 3) -> list[dict]:
   """The cache rows: per fraction ('F' on the devices, 'sharded:F' a block on each of the devices that split the
   rows, 'host:F' in the host's memory, 'tiered:FD:FH' FD as sharded and FH in the host's memory), the first epoch's
   images/s and the later epochs', the model's."""
@@ -174,9 +175,9 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     for _ in range((AHEAD + 2) * put.group):  # the batches the fill's last steps built ahead; the reading assembly compiles
       jax.block_until_ready(step(next(feed)[0]))
     before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
-    # The median of three windows: the first batch of a row count not met before compiles the devices' assembly
+    # The median of several windows: the first batch of a row count not met before compiles the devices' assembly
     # once (a tenth of a second), which one window of a few dozen steps would count as the cache's speed.
-    later = images_per_s(lambda: step(next(feed)[0]), batch, steps)  # noqa: B023
+    later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows)  # noqa: B023
     elapsed = time.perf_counter() - start
     split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}
     feed.close()
@@ -261,7 +262,7 @@ def main(argv):
     host = pipeline_rate(data, batch, args.steps, int(first[1]))
     out["cache_host_images_per_s"] = host
     out["cache"] = cache_rows(config, data, setup, step, args.cache.split(","), int(first[1]), args.steps, host,
-                              out["synthetic_images_per_s"], [int(r) for r in args.group_rows])
+                              out["synthetic_images_per_s"], [int(r) for r in args.group_rows], args.windows)
     out["imagenet_in_cache"] = imagenet_fits(p_train_step, batch, data, setup, state, key)
     print(f"ImageNet in the cache: {out['imagenet_in_cache']}", flush=True)
   print(f"{'decoder':>12} {'workers':>7} {'threads':>7} {'host share':>10} {'host alone':>10} {'images/s':>9} "
