@@ -1,5 +1,5 @@
-"""The host cache on a CUDA GPU (`pytest -m gpu tests/test_gpu_cache.py`): there its batch buffers are used again, each
-once its batch has crossed to the device; every batch placed, all put before the first is finished, is still the
+"""The host cache on a CUDA GPU (`pytest -m gpu tests/test_gpu_cache.py`): there its batch buffers are mapped for the
+GPU's DMA, each put crossing whole, and used again, each once its batches have crossed to the device; every batch placed, all put before the first is finished, is still the
 decoded one when all are read at the end.
 Without a CUDA device the module is skipped (on CPU devices the buffers are not used again: test_cache.py)."""
 
@@ -27,6 +27,7 @@ def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dat
   # every put made before the first is finished
   finishes = [put.put([cached[s][0] for s in range(step, step + group)]) for step in range(0, steps, group)]
   placed = [batch for finish in finishes for batch, _ in finish()]  # all held until the end
+  assert put._buffers.mapped and not put._join  # each put's buffer mapped for the DMA, crossing whole, not in parts
   for step, got in enumerate(placed):
     want, _ = plain[step]
     for k in want:

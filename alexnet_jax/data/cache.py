@@ -199,11 +199,11 @@ class HostCachedPut(HostPut):
     per_block = self.rule.batch_size // self.rule.blocks
     n, group = len(batches[0]["label"]), len(batches)
     total = n // per_block * group * width
-    chunks = math.gcd(group * width, COPY_THREADS)
-    order = _chunk_major(total, group * width, chunks)  # each sent row's place in the buffer, by its place in turn
     start = time.perf_counter()
     images = self._buffers.take(total, self.group * n)
     self.seconds["wait"] += time.perf_counter() - start
+    chunks = 1 if self._buffers.mapped else math.gcd(group * width, COPY_THREADS)
+    order = _chunk_major(total, group * width, chunks)  # each sent row's place in the buffer, by its place in turn
     writes, copies, here_at, here_slot, placed = [], [], [], [], []
     for g, (batch, rows_sent, batch_draws) in enumerate(zip(batches, sent, draws, strict=True)):
       places, indices = batch["decoded"], batch["index"]
