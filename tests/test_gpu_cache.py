@@ -1,6 +1,6 @@
 """The host cache on a CUDA GPU (`pytest -m gpu tests/test_gpu_cache.py`): there its batch buffers are mapped for the
-GPU's DMA, each put crossing whole, and used again, each once its batches have crossed to the device; every batch placed, all put before the first is finished, is still the
-decoded one when all are read at the end.
+GPU's DMA, each put crossing whole, and used again, each once its batches have crossed to the device; every batch
+placed, all put before the first is finished, is still the decoded one when all are read at the end.
 Without a CUDA device the module is skipped (on CPU devices the buffers are not used again: test_cache.py)."""
 
 import jax
