@@ -502,40 +502,6 @@ def test_training_batches_are_the_same_whoever_decodes_them(store):
     f.close()
 
 
-@pytest.mark.parametrize("group, order", [
-    (1, ["put [0]", "put [1]", "finish [0]", "put [2]", "finish [1]", "put [3]", "finish [2]", "finish [3]"]),
-    (3, ["put [0, 1, 2]", "put [3]", "finish [0, 1, 2]", "finish [3]"])])
-def test_the_feed_puts_the_next_batches_before_it_finishes_the_last(group, order):
-  # A put takes the placer's group of batches; where the host's batches end midway, the put takes those left.
-  from alexnet_jax.data.feed import Feed  # noqa: PLC0415
-
-  calls = []
-
-  class Recorder:  # a batch_placer that records the order of its calls
-    def __init__(self):
-      self.group = group
-
-    def put(self, batches):
-      calls.append(f"put {batches}")
-
-      def finish():
-        calls.append(f"finish {batches}")
-        return [(b, 1) for b in batches]
-      return finish
-
-    def close(self):
-      calls.append("close")
-
-  feed = Feed(iter([(b, b) for b in range(4)]), Recorder())
-  assert [next(feed) for _ in range(4)] == [(0, 1), (1, 2), (2, 3), (3, 4)]  # skipped on the host and the device
-  assert calls == order
-  with pytest.raises(StopIteration):
-    next(feed)
-  assert set(feed.seconds) == {"host", "put", "loop"} and min(feed.seconds.values()) >= 0
-  feed.close()
-  assert calls[-1] == "close"
-
-
 @pytest.mark.parametrize("model, data, axes", [(2, 1, ("data", "model")), (1, 2, ("data",)), (2, 1, ("data",))])
 def test_a_batch_s_small_arrays_cross_in_one_put_and_arrive_as_they_left(model, data, axes, monkeypatch):
   """The pixels cross alone and the small arrays together, as the int32 columns of one array: every array arrives
@@ -560,25 +526,6 @@ def test_a_batch_s_small_arrays_cross_in_one_put_and_arrive_as_they_left(model, 
     np.testing.assert_array_equal(np.asarray(placed[key]).view(np.uint8), value.view(np.uint8), err_msg=key)
 
 
-def test_the_feed_raises_the_error_of_its_thread():
-  from alexnet_jax.data.feed import Feed  # noqa: PLC0415
-
-  class Failing:  # a batch_placer that fails on batch 2
-    group = 1
-
-    def put(self, batches):
-      if batches == [2]:
-        raise ValueError("bad batch 2")
-      return lambda: [(batches[0] * 10, 1)]
-
-    def close(self):
-      pass
-
-  feed = Feed(iter([(0, 0), (1, 2), (2, 0)]), Failing())
-  assert [next(feed), next(feed)] == [(0, 1), (10, 3)]
-  with pytest.raises(ValueError, match="bad batch 2"):
-    next(feed)
-  feed.close()
 
 
 def test_a_folder_of_one_class_is_refused_naming_it(tmp_path):
