@@ -207,7 +207,7 @@ class HostCachedPut(HostPut):
     writes, copies, here_at, here_slot, placed = [], [], [], [], []
     for g, (batch, rows_sent, batch_draws) in enumerate(zip(batches, sent, draws, strict=True)):
       places, indices = batch["decoded"], batch["index"]
-      k = len(batch["image"]) * per_block // n
+      k = _decoded_per_block(batch, self.rule)
       decoded = np.flatnonzero(places >= 0)
       host_rows = decoded // per_block * k + places[decoded]  # in batch['image']
       slot = indices - self.first  # in this cache
@@ -438,21 +438,21 @@ def _by_batch(arrays: dict, group: int) -> dict:
   return {k: v.reshape(group, -1, *v.shape[1:]) for k, v in arrays.items()}
 
 
-def _contract_order(keys) -> list[str]:
-  """A batch's keys as the contract orders them: 'image' first, 'label' last (pipeline.py)."""
-  keys = list(keys)
-  return [k for k in ("image",) if k in keys] + [k for k in keys if k not in ("image", "label")] + \
-      [k for k in ("label",) if k in keys]
-
-
 def _batches(stacked: dict, group: int) -> list[dict]:
   """(group, rows, …) arrays → the group's batches."""
-  return [{k: stacked[k][g] for k in _contract_order(stacked)} for g in range(group)]
+  return [{k: v[g] for k, v in stacked.items()} for g in range(group)]
 
 
 def _batch_shardings(rows: BatchLayout, ranks: dict, group: int) -> list[dict]:
   """The shardings of `group` batches of arrays of `ranks` ({key: rank}) placed as HostPut places one."""
-  return [{k: rows.sharding(ranks[k]) for k in _contract_order(ranks)} for _ in range(group)]
+  return [{k: rows.sharding(r) for k, r in ranks.items()} for _ in range(group)]
+
+
+def _in_order(batches: list[dict], ranks: dict) -> list[dict]:
+  """`batches` with their keys in the contract's order, 'image' first and 'label' last (pipeline.py), which a jitted
+  function's dicts (keys sorted) lose."""
+  keys = ["image", *(k for k in ranks if k not in ("image", "label")), "label"]
+  return [{k: b[k] for k in keys} for b in batches]
 
 
 def _split(rows: BatchLayout, group: int, ranks: tuple):
@@ -463,11 +463,6 @@ def _split(rows: BatchLayout, group: int, ranks: tuple):
   split = jax.jit(lambda arrays: _batches(mapped(arrays), group),
                   out_shardings=_batch_shardings(rows, dict(ranks), group))
   return lambda arrays: _in_order(split(arrays), dict(ranks))
-
-
-def _in_order(batches: list[dict], ranks: dict) -> list[dict]:
-  """`batches` with their keys in the contract's order, which a jitted function's dicts (keys sorted) lose."""
-  return [{k: b[k] for k in _contract_order(ranks) if k in b} for b in batches]
 
 
 def _assembly(rows: BatchLayout, slots: int, writes: tuple[bool, ...], ranks: dict, sharded: bool = False):
