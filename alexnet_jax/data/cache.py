@@ -151,15 +151,15 @@ class HostCachedPut(HostPut):
   decoded rows and the cache's assembled here, the decoded rows with slots written into the cache, the batches placed
   as decoded ones. Batches must come in order from rule.start. The cache holds slots [rule.device_slots,
   rule.slots): all of them, or under 'tiered' those the devices do not (TieredCachedPut).
-  A put takes `group` consecutive batches, GROUP_ROWS of this process's rows, together: the host's cost of a put
+  A put takes `group` consecutive batches, `group_rows` of this process's rows, together: the host's cost of a put
   (starting the copies, the puts, the devices' assembly) hardly depends on its rows, Python holding the GIL against
   the training loop's thread, and at small batches it bound the feed (docs/BENCHMARKS.md, the tiered cache's rows)."""
 
-  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, group_rows: int = GROUP_ROWS):
     super().__init__(rows, size, image_size)
     self.rule, self.step, self.first = rule, rule.start, rule.device_slots
     share = rows.process_rows(rule.batch_size)
-    self.group = max(1, GROUP_ROWS // (share.stop - share.start))
+    self.group = max(1, group_rows // (share.stop - share.start))
     # Pages are taken as images are written: a cache the run never fills costs nothing.
     self.images = np.empty((rule.slots - self.first, size, size, 3), np.uint8)
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
@@ -350,8 +350,8 @@ class TieredCachedPut(HostCachedPut):
   and the device tier, a block of its slots on each row block's devices, as CachedPut(sharded=True) does. The
   decoded rows with slots go into their tier while the rule writes. Batches must come in order from rule.start."""
 
-  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule):
-    super().__init__(rows, size, image_size, rule)
+  def __init__(self, rows: BatchLayout, size: int, image_size: int, rule: Schedule, group_rows: int = GROUP_ROWS):
+    super().__init__(rows, size, image_size, rule, group_rows)
     held = dataclasses.replace(rule, slots=rule.device_slots, device_slots=0)
     self.devices = CachedPut(rows, size, image_size, held, sharded=True)
     self.seconds["assemble"] = 0.0
@@ -402,13 +402,14 @@ def _joined(rows: BatchLayout):
   return jax.jit(join, out_shardings=rows.sharding(4))
 
 
-def cached_put(kind: str, rows: BatchLayout, size: int, image_size: int, rule: Schedule) -> HostPut:
+def cached_put(kind: str, rows: BatchLayout, size: int, image_size: int, rule: Schedule,
+               group_rows: int = GROUP_ROWS) -> HostPut:
   """The put of config.dataset.cache `kind`: 'device', 'sharded', 'host' or 'tiered' (which is 'sharded' where the
   devices take every slot, 'host' where they take none)."""
   if rule.tiered:
-    return TieredCachedPut(rows, size, image_size, rule)
+    return TieredCachedPut(rows, size, image_size, rule, group_rows)
   if kind == "host" or (kind == "tiered" and not rule.device_slots):
-    return HostCachedPut(rows, size, image_size, rule)
+    return HostCachedPut(rows, size, image_size, rule, group_rows)
   return CachedPut(rows, size, image_size, rule, sharded=kind in ("sharded", "tiered"))
 
 

@@ -13,8 +13,8 @@ decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: b
 cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
 next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
 (1 − f)), where the feed's thread and the host cache's copies and puts spent their time, and how many ImageNet images
-the device cache would hold; the host and tiered caches once for each --group_rows, cache.GROUP_ROWS: the rows a put
-takes together, 0 a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
+the device cache would hold; the host and tiered caches once for each --group_rows: the rows a put takes together, 0
+a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
 after start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a
 full pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row
 says how large a store would be.
@@ -135,7 +135,7 @@ flags.DEFINE_string("cache", "", "fractions of the store for the device cache to
                     "'sharded:F' for the device cache split over the batch's row blocks, 'host:F' for the host cache, "
                     "'tiered:FD:FH' for FD on the devices (as sharded) and the next FH in the host's memory ('' none)")
 flags.DEFINE_list("group_rows", [str(cache.GROUP_ROWS)], "the host and tiered caches' rows a put takes together "
-                  "(cache.GROUP_ROWS), each a row; 0: a batch a put")
+                  "(cache.cached_put's group_rows), each a row; 0: a batch a put")
 flags.DEFINE_string("json", None, "write the rows here")
 IMAGENET_TRAIN = 1_281_167
 
@@ -146,17 +146,16 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
   rows, 'host:F' in the host's memory, 'tiered:FD:FH' FD as sharded and FH in the host's memory), the first epoch's
   images/s and the later epochs', the model's."""
   batch, out = config.batch_size, []
-  runs = [(text, rows) for text in fractions for rows in (group_rows if text.split(":")[0] in ("host", "tiered")
-                                                            else group_rows[:1])]
-  for text, rows in runs:
-    cache.GROUP_ROWS = rows  # read as the put is made
+  runs = [(text, rows) for text in fractions
+          for rows in (group_rows if text.split(":")[0] in ("host", "tiered") else group_rows[:1])]
+  for text, group_rows in runs:
     where, *numbers = text.split(":") if ":" in text else ("", text)
     if (where, len(numbers)) not in (("", 1), ("sharded", 1), ("host", 1), ("tiered", 2)):
       raise ValueError(f"--cache {text!r}: a fraction F (the device cache), sharded:F, host:F or tiered:FD:FH")
     fraction, on_devices = sum(map(float, numbers)), float(numbers[0]) if where == "tiered" else 0.0
     rule = cache.Schedule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_layout.blocks, 0,
                           device_slots=round(on_devices * dataset.num_train))
-    put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule)
+    put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule, group_rows)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled, ahead = settling(workers, put.group), rule.fill_end // batch + 1, built_ahead(workers, put.group)
     for _ in range(warm):
@@ -172,7 +171,8 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
             flush=True)
       for _ in range(max(0, timed)):
         jax.block_until_ready(step(next(feed)[0]))
-    for _ in range((AHEAD + 2) * put.group):  # the batches the fill's last steps built ahead; the reading assembly compiles
+    # the batches the fill's last steps built ahead; the reading assembly compiles
+    for _ in range((AHEAD + 2) * put.group):
       jax.block_until_ready(step(next(feed)[0]))
     before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
     # The median of several windows: the first batch of a row count not met before compiles the devices' assembly
