@@ -10,7 +10,7 @@ Where the two layers sit back to back (AlexNet's first two), the normalised map 
 neither pass needs it: the forward normalises each window's elements where the pool reads them, so the map is never
 written nor read back; the backward walks down the channels as lrn.py's does, gathering each element's gradient from
 the windows that chose it (pool.routed_gradient). The forward normalises an element once for each window that holds
-it (9 windows on 4 elements for 3×3/2): arithmetic, which these memory-bound kernels have to spare.
+it (9 windows on 4 elements for 3×3/2): arithmetic, traded for a map never written nor read back.
 """
 
 import triton
