@@ -185,9 +185,11 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
   out = tmp_path / "tune.json"
   run = script("dev/tune_kernels.py", *SMALL, "--batch=2", "--dtype=float16", "--mode=interpret",
                "--layers=conv5,lrn2,pool5", "--kernels=fwd,lrn_bwd,pool_fwd,lrn_pool_bwd", "--placements=split,one",
-               "--max_candidates=2", "--workers=1", "--calls=1", "--rounds=1", f"--json={out}")
+               "--max_candidates=2", "--workers=2", "--calls=1", "--rounds=1", f"--json={out}")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
+  # every candidate compiled, by either worker, before the first timing began
+  assert max(r["compiled_at"] for r in result["rows"]) <= min(r["timed_at"] for r in result["rows"])
   rows = {}
   for r in result["rows"]:
     rows.setdefault(r["kernel"], []).append(r)

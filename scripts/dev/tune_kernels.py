@@ -9,10 +9,11 @@ the best of a grid of launches (what the rules' constants are to be checked agai
 Every conv, LRN and pool layer of the config's network as a device runs it (`split`: one tower a device; `one`: every
 tower on one device), once per distinct key. Each candidate (the rule's first) is compiled, checked against the
 rule's result (max error ≤ 2^-6 of its largest element, else refused) and timed: --calls calls chained in one
-compiled program (`chained`), the median of --rounds rounds. Workers compile in parallel; one at a time runs on the
-GPU. Prints per key the rule's time, the table's, the best and its parameters, then the `TUNED` entries to paste;
-writes every candidate's row as JSON as it goes (a run cut short keeps what it measured). `--mode interpret` runs
-the same on a CPU under the Triton interpreter: the plumbing, not times.
+compiled program (`chained`), the median of --rounds rounds. Workers compile in parallel; the timings start once
+every worker has compiled all its candidates, one at a time on the GPU. Prints per key the rule's time, the table's,
+the best and its parameters, then the `TUNED` entries to paste; writes every candidate's row as JSON as it comes (a
+run cut short keeps what it measured). `--mode interpret` runs the same on a CPU under the Triton interpreter: the
+plumbing, not times.
 """
 
 import json
@@ -224,7 +225,7 @@ def chained(fn, calls: int, touch: int):
   return jax.jit(run, donate_argnums=touch)
 
 
-def _worker(jobs, results, lock, dtype, mode, calls, rounds):
+def _worker(jobs, results, lock, compiled_all, dtype, mode, calls, rounds):
   os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # many processes share the GPU
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
@@ -267,10 +268,8 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
     return jnp.abs(out.astype(jnp.float32) - ref).max() / jnp.abs(ref).max()
 
   # key -> what every candidate of a key shares, compiled: the rule's kernel (each candidate is checked against it),
-  # the maker of the operands, the error against the rule, the copy of the operand the timed program donates. All
-  # compiles happen here, outside the lock: only runs hold the GPU, so the workers' compiles overlap the timings.
-  shared = {}
-
+  # the maker of the operands, the error against the rule, the copy of the operand the timed program donates.
+  shared, compiled = {}, []
   for job in iter(jobs.get, None):
     kernel, s, tiles = job["kernel"], job["shape"], job["tiles"]
     row = dict(kernel=kernel, key=list(job["key"]), layers=job["layers"], tiles=list(_fields(tiles)), rule=job["rule"])
@@ -287,8 +286,17 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
         out = jax.eval_shape(rule, *specs)
         shared[job["key"]] = (rule.lower(*specs).compile(), jax.jit(make).lower().compile(),
                               jax.jit(error).lower(out, out).compile(), jax.jit(jnp.copy).lower(specs[touch]).compile())
-      rule, make, error_of, copy = shared[job["key"]]
+      row["compiled_at"] = time.time()  # wall clock: the workers' stamps compare across processes
+      compiled.append((row, fn, timed, touch, work, shared[job["key"]]))
+    except Exception as e:  # noqa: BLE001  (a candidate Triton cannot compile, e.g. too much shared memory)
+      results.put(_refused(row, e))
+  # A timing shares the machine with nothing: no other worker compiles, starts CUDA or loads its kernels beside it.
+  compiled_all.wait()
+  for row, fn, timed, touch, work, (rule, make, error_of, copy) in compiled:
+    kernel = row["kernel"]
+    try:
       with lock:
+        row["timed_at"] = time.time()
         operands = make()
         row["error"] = float(error_of(rule(*operands), fn(*operands)))
         mine = list(operands)
@@ -305,11 +313,16 @@ def _worker(jobs, results, lock, dtype, mode, calls, rounds):
       row["tflops" if kernel in CONV_KERNELS else "tbs"] = work / (row["ms"] * 1e-3) / 1e12
       if not row["error"] <= MAX_ERROR:
         row["refused"] = f"error {row['error']:.2e} > {MAX_ERROR:.2e} against the rule's result"
-    except Exception as e:  # noqa: BLE001  (a candidate Triton cannot compile, e.g. too much shared memory)
-      row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-      if "RESOURCE_EXHAUSTED" in str(e):  # each worker keeps the memory it once used: the rest may not fit
-        row["refused"] = f"out of memory beside the other workers' (fewer --workers): {row['refused']}"
+    except Exception as e:  # noqa: BLE001
+      row = _refused(row, e)
     results.put(row)
+
+
+def _refused(row: dict, e: Exception) -> dict:
+  row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+  if "RESOURCE_EXHAUSTED" in str(e):  # each worker keeps the memory it once used: the rest may not fit
+    row["refused"] = f"out of memory beside the other workers' (fewer --workers): {row['refused']}"
+  return row
 
 
 def _fields(t):
@@ -365,9 +378,11 @@ def main(argv):
   jobs = jobs_for(table, config.image_size, args)
   ctx = multiprocessing.get_context("spawn")
   queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()
+  compiled_all = ctx.Barrier(max(1, args.workers))
   for j in jobs:
     queue.put(j)
-  workers = [ctx.Process(target=_worker, args=(queue, results, lock, args.dtype, args.mode, args.calls, args.rounds))
+  workers = [ctx.Process(target=_worker, args=(queue, results, lock, compiled_all, args.dtype, args.mode, args.calls,
+                                               args.rounds))
              for _ in range(max(1, args.workers))]
   for w in workers:
     queue.put(None)
