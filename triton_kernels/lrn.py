@@ -57,6 +57,13 @@ def denominator(xs, K: tl.constexpr, ALPHA: tl.constexpr, SIZE: tl.constexpr):
 
 
 @triton.jit
+def log2_of(s, FAST_LOG2: tl.constexpr):
+  if FAST_LOG2:
+    return libdevice.fast_log2f(s)
+  return tl.log2(s)
+
+
+@triton.jit
 def power(s, EXPONENT: tl.constexpr, FAST_LOG2: tl.constexpr):
   """s^EXPONENT for s > 0, as exp2(EXPONENT · log2 s). FAST_LOG2: the GPU's own log2 (one lg2.approx instruction,
   2^-22 relative error, far below what bf16 or the float32 checks can see), where tl.log2 compiles to libdevice's
@@ -126,10 +133,13 @@ def _shares(xs, g, j, CG: tl.constexpr, SIZE: tl.constexpr, K: tl.constexpr, ALP
             BETA: tl.constexpr, FAST_LOG2: tl.constexpr):
   """dy[j]·s[j]^−BETA and that times x[j]/s[j] for channel j, g being dy[j] and xs j's window; both 0 outside the
   group, whatever s is there (with K = 0 an empty window's 0^−BETA would make them NaN)."""
-  s = denominator(xs, K, ALPHA, SIZE)
-  g = g * power(s, -BETA, FAST_LOG2)
+  # 1/s as a second exp2 of the same log2: a division's range checks and reciprocal issue more instructions. The
+  # term is rounded by an fma of its own: a plain product would be fused into the window's sum of terms, by a choice
+  # the compiler makes from how often each product is used, which the loop's unrolling changes (other bits).
+  log_s = log2_of(denominator(xs, K, ALPHA, SIZE), FAST_LOG2)
+  g = g * tl.exp2(-BETA * log_s)
   inside = (j >= 0) & (j < CG)
-  return tl.where(inside, g, 0.0), tl.where(inside, g * xs[SIZE // 2] / s, 0.0)
+  return tl.where(inside, g, 0.0), tl.where(inside, tl.fma(g * xs[SIZE // 2], tl.exp2(-log_s), 0.0), 0.0)
 
 
 @triton.jit
