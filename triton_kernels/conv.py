@@ -9,9 +9,12 @@ Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-conti
 Groups G split C and F into equal consecutive blocks (the paper's two towers on one device); the last grid axis is
 the group. Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so a
 tile's columns are consecutive images at one pixel and load coalesced (cuda-convnet's point); the strided operand is
-gathered from CHWN with masks, with no im2col buffer. 16-bit inputs run on tensor cores; float32 ones use
-INPUT_PRECISION "ieee" or "tf32"; all accumulate in float32, and y and dx take the input dtype. The data gradient is
-right at any stride but efficient only at stride 1. Offsets are int32: every tensor holds fewer than 2³¹ elements.
+gathered from CHWN with masks, with no im2col buffer. In the forward kernel, where the reduction's step divides the
+group's channels, the reduction runs in (kh, kw, channel) order, so that a step lies within one filter tap and the
+gather takes one offset and mask per column instead of one per element (the filter gradient ran slower so:
+docs/kernels.md). 16-bit inputs run on tensor cores; float32 ones use INPUT_PRECISION "ieee" or "tf32";
+all accumulate in float32, and y and dx take the input dtype. The data gradient is right at any stride but
+efficient only at stride 1. Offsets are int32: every tensor holds fewer than 2³¹ elements.
 Tiles: `tiles_for` (conv_tiles.py's tuned table for 16-bit inputs, else `rule_of_thumb`). Design: docs/kernels.md.
 """
 
@@ -68,12 +71,28 @@ def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr
   # Filter tiles vary fastest, so programs running together share one gathered image tile through L2.
   f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
   p = pid // F_TILES * BLOCK_P + tl.arange(0, BLOCK_P)
+  n = p % N
+  ih0 = p // (N * OW) * STRIDE - PAD
+  iw0 = p // N % OW * STRIDE - PAD
   acc = tl.zeros((BLOCK_F, BLOCK_P), tl.float32)
   for k0 in range(0, K, BLOCK_K):
-    k = k0 + tl.arange(0, BLOCK_K)
-    w_tile = tl.load(w_ptr + k[None, :] * F + (g * FG + f)[:, None], mask=(f < FG)[:, None] & (k < K)[None, :],
-                     other=0.0)
-    x_tile = _image_tile(x_ptr, g * CG, k, p, N, H, W, KH, KW, OW, STRIDE, PAD, K, P)
+    if CG % BLOCK_K == 0:
+      # The reduction in (kh, kw, c) order, c fastest: a step lies within one (kh, kw), so the gather's pixel
+      # offsets and mask are one per column, not per element.
+      khw = k0 // CG
+      c = k0 % CG + tl.arange(0, BLOCK_K)
+      ih = ih0 + khw // KW
+      iw = iw0 + khw % KW
+      inside = (p < P) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+      x_tile = tl.load(x_ptr + (g * CG + c)[:, None] * (H * W * N) + (ih * (W * N) + iw * N + n)[None, :],
+                       mask=inside[None, :], other=0.0)
+      w_tile = tl.load(w_ptr + (c[None, :] * (KH * KW) + khw) * F + (g * FG + f)[:, None], mask=(f < FG)[:, None],
+                       other=0.0)
+    else:
+      k = k0 + tl.arange(0, BLOCK_K)
+      w_tile = tl.load(w_ptr + k[None, :] * F + (g * FG + f)[:, None], mask=(f < FG)[:, None] & (k < K)[None, :],
+                       other=0.0)
+      x_tile = _image_tile(x_ptr, g * CG, k, p, N, H, W, KH, KW, OW, STRIDE, PAD, K, P)
     acc = tl.dot(w_tile, x_tile, acc, input_precision=INPUT_PRECISION)
   if HAS_BIAS:
     acc += tl.load(b_ptr + g * FG + f, mask=f < FG, other=0.0).to(tl.float32)[:, None]
