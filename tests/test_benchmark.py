@@ -235,6 +235,31 @@ print(json.dumps(dict(first=more[0] == plain[0], plain=sorted({t.columns for t i
       "error: --wgrad_columns takes positive whole numbers of columns, got 8192,lots")
 
 
+def test_tune_kernels_pairs_each_result_row_with_the_candidate_it_timed():
+  # What the tuner times again in one worker, the candidates that ran out of memory beside the others, it finds by
+  # pairing each row (as a worker sends it, and as the JSON holds it) with its job: the same candidate, no other.
+  code = """
+import sys, json; sys.path.insert(0, 'scripts/dev')
+import tune_kernels
+from alexnet_jax.measure.kernel_shapes import ConvShape
+shape = ConvShape('conv2', (96, 27, 27, 512), (48, 5, 5, 256), 1, 2, 2)
+conv = [dict(kernel='wgrad', key=('wgrad', 512, 48, 27, 27, 128, 5, 5, 1, 2, 2), tiles=t)
+        for t in tune_kernels.candidates('wgrad', shape, (16384,))]
+maps = [dict(kernel='lrn_bwd', key=('lrn_bwd', 96, 27, 27, 512, 2), tiles=t)
+        for t in tune_kernels.map_candidates('lrn_bwd', 48)]
+jobs = conv + maps
+rows = [dict(kernel=j['kernel'], key=list(j['key']), tiles=list(tune_kernels._fields(j['tiles']))) for j in jobs]
+stored = json.loads(json.dumps(rows))
+ids = [tune_kernels._candidate(j) for j in jobs]
+print(json.dumps(dict(distinct=len(set(ids)) == len(jobs), sent=[tune_kernels._candidate(r) for r in rows] == ids,
+                      stored=[tune_kernels._candidate(r) for r in stored] == ids, jobs=len(jobs))))
+"""
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  got = json.loads(run.stdout.strip().splitlines()[-1])
+  assert got["distinct"] and got["sent"] and got["stored"] and got["jobs"] > 60
+
+
 def test_tune_kernels_min_tile_keeps_the_rule_and_the_large_tiles_only():
   code = """
 import sys, json; sys.path.insert(0, 'scripts/dev')

@@ -10,10 +10,11 @@ Every conv, LRN and pool layer of the config's network as a device runs it (`spl
 tower on one device), once per distinct key. Each candidate (the rule's first) is compiled, checked against the
 rule's result (max error ≤ 2^-6 of its largest element, else refused) and timed: --calls calls chained in one
 compiled program (`chained`), the median of --rounds rounds. Workers compile in parallel; the timings start once
-every worker has compiled all its candidates, one at a time on the GPU. Prints per key the rule's time, the table's,
-the best and its parameters, then the `TUNED` entries to paste; writes every candidate's row as JSON as it comes (a
-run cut short keeps what it measured). `--mode interpret` runs the same on a CPU under the Triton interpreter: the
-plumbing, not times.
+every worker has compiled all its candidates, one at a time on the GPU; the candidates that ran out of the GPU's
+memory beside the other workers (each keeps what its largest candidate took) are timed again by one worker alone
+once the others are done. Prints per key the rule's time, the table's, the best and its parameters, then the
+`TUNED` entries to paste; writes every candidate's row as JSON as it comes (a run cut short keeps what it measured).
+`--mode interpret` runs the same on a CPU under the Triton interpreter: the plumbing, not times.
 """
 
 import json
@@ -50,6 +51,7 @@ flags.DEFINE_enum("mode", "triton", ["triton", "interpret"], "interpret: the Tri
 flags.DEFINE_string("json", None, "write every candidate's row here")
 
 MAX_ERROR = 2.0 ** -6
+OUT_OF_MEMORY = "out of the GPU's memory"
 
 
 def candidates(kernel: str, shape: ConvShape, wgrad_columns=(), min_tile=0):
@@ -321,8 +323,34 @@ def _worker(jobs, results, lock, compiled_all, dtype, mode, calls, rounds):
 def _refused(row: dict, e: Exception) -> dict:
   row["refused"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
   if "RESOURCE_EXHAUSTED" in str(e):  # each worker keeps the memory it once used: the rest may not fit
-    row["refused"] = f"out of memory beside the other workers' (fewer --workers): {row['refused']}"
+    row["refused"] = f"{OUT_OF_MEMORY}: {row['refused']}"
   return row
+
+
+def _time_jobs(jobs, args, workers: int, report) -> None:
+  """Times `jobs` in `workers` processes, passing each result row to `report` as it comes."""
+  ctx = multiprocessing.get_context("spawn")
+  queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()
+  compiled_all = ctx.Barrier(max(1, workers))
+  for j in jobs:
+    queue.put(j)
+  processes = [ctx.Process(target=_worker, args=(queue, results, lock, compiled_all, args.dtype, args.mode,
+                                                 args.calls, args.rounds))
+               for _ in range(max(1, workers))]
+  for p in processes:
+    queue.put(None)
+    p.start()
+  for _ in jobs:
+    report(results.get())
+  for p in processes:
+    p.join()
+
+
+def _candidate(job_or_row) -> tuple:
+  """(kernel, key, tiles as the rows hold them): a candidate, from its job or its row."""
+  tiles = job_or_row["tiles"]
+  tiles = _fields(tiles) if not isinstance(tiles, list) else tiles
+  return job_or_row["kernel"], tuple(job_or_row["key"]), json.dumps(tiles)
 
 
 def _fields(t):
@@ -376,28 +404,25 @@ def main(argv):
   config = args.config
   table = network_table(config, config.dataset.num_classes or 1000)
   jobs = jobs_for(table, config.image_size, args)
-  ctx = multiprocessing.get_context("spawn")
-  queue, results, lock = ctx.Queue(), ctx.Queue(), ctx.Lock()
-  compiled_all = ctx.Barrier(max(1, args.workers))
-  for j in jobs:
-    queue.put(j)
-  workers = [ctx.Process(target=_worker, args=(queue, results, lock, compiled_all, args.dtype, args.mode, args.calls,
-                                               args.rounds))
-             for _ in range(max(1, args.workers))]
-  for w in workers:
-    queue.put(None)
-    w.start()
   rows, t0 = [], time.perf_counter()
-  for i in range(len(jobs)):
-    row = results.get()
+
+  def report(row):
     rows.append(row)
-    print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - t0:.0f}s] {row['kernel']} {'/'.join(row['layers'])} "
+    print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - t0:.0f}s] {row['kernel']} {'/'.join(row['layers'])} "
           f"{row['tiles']}: " + (row["refused"][:120] if "refused" in row else f"{row['ms']:.3f} ms"), flush=True)
     if args.json:
       with open(args.json, "w") as f:
         json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows), f, indent=1)
-  for w in workers:
-    w.join()
+
+  _time_jobs(jobs, args, args.workers, report)
+  # Each worker keeps the memory its largest candidate took: on a smaller GPU the largest layers' candidates may not
+  # fit beside the others. They are timed again by one worker, alone with the GPU's memory.
+  crowded = {_candidate(r) for r in rows if r.get("refused", "").startswith(OUT_OF_MEMORY)}
+  if crowded and args.workers > 1:
+    print(f"{len(crowded)} candidates ran out of memory beside the other workers: timing them again in one worker",
+          flush=True)
+    rows[:] = [r for r in rows if _candidate(r) not in crowded]
+    _time_jobs([j for j in jobs if _candidate(j) in crowded], args, 1, report)
   best = summarise(rows)
   print(f"\n{args.dtype}, batch {args.batch}; conv tiles: rows, cols, depth, warps, stages, wgrad columns per "
         "program; rate: TFLOP/s (conv), TB/s (LRN, pool)")
