@@ -33,6 +33,13 @@ WGRAD_COLUMNS_PER_PROGRAM = 4096
 
 
 @triton.jit
+def _origins(p, N: tl.constexpr, OW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr):
+  """(n, ih0, iw0) of output columns p (oh, ow, n): each column's image and its receptive field's first row and
+  column in x."""
+  return p % N, p // (N * OW) * STRIDE - PAD, p // N % OW * STRIDE - PAD
+
+
+@triton.jit
 def _image_tile(x_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr, KH: tl.constexpr,
                 KW: tl.constexpr, OW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, ROWS: tl.constexpr,
                 COLS: tl.constexpr):
@@ -40,9 +47,7 @@ def _image_tile(x_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.cons
   c = rows // (KH * KW)
   kh = rows // KW % KH
   kw = rows % KW
-  n = p % N
-  ih0 = p // (N * OW) * STRIDE - PAD
-  iw0 = p // N % OW * STRIDE - PAD
+  n, ih0, iw0 = _origins(p, N, OW, STRIDE, PAD)
   ih = ih0[None, :] + kh[:, None]
   iw = iw0[None, :] + kw[:, None]
   inside = (rows < ROWS)[:, None] & (p < COLS)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
@@ -71,9 +76,7 @@ def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr
   # Filter tiles vary fastest, so programs running together share one gathered image tile through L2.
   f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
   p = pid // F_TILES * BLOCK_P + tl.arange(0, BLOCK_P)
-  n = p % N
-  ih0 = p // (N * OW) * STRIDE - PAD
-  iw0 = p // N % OW * STRIDE - PAD
+  n, ih0, iw0 = _origins(p, N, OW, STRIDE, PAD)
   acc = tl.zeros((BLOCK_F, BLOCK_P), tl.float32)
   for k0 in range(0, K, BLOCK_K):
     if CG % BLOCK_K == 0:
