@@ -209,9 +209,25 @@ def test_tune_kernels_times_candidates_and_prints_table_entries(tmp_path):
     assert all(r["error"] == 0 for r in rows[kernel])
   assert sorted((b["kernel"], b["tried"]) for b in result["best"]) == [("fwd", 2)] * 2 + [("lrn_bwd", 2)] * 2 + [
       ("lrn_pool_bwd", 2)] * 2 + [("pool_fwd", 2)] * 2
+  # the entries to paste into conv_tiles.py: those that beat the launched tiles by more than 3 %, then the others
+  kept, _, others = run.stdout.partition("\nthe others (within 3 % of the launched tiles")
   for best in (b for b in result["best"] if b["kernel"] == "fwd"):
     assert best["best_ms"] == min(r["ms"] for r in rows["fwd"] if r["key"] == best["key"])
-    assert f"{tuple(best['key'])}: {tuple(best['best'])}," in run.stdout  # the entry to paste into conv_tiles.py
+    entry = f"{tuple(best['key'])}: {tuple(best['best'])},"
+    beats = bool(best["table_ms"]) and best["best_ms"] < best["table_ms"] / 1.03
+    assert entry in (kept if beats else others) and entry not in (others if beats else kept)
+
+
+def test_tune_kernels_offers_an_entry_only_where_it_beats_the_launched_tiles_by_more_than_the_spread():
+  code = """
+import sys, json; sys.path.insert(0, 'scripts/dev')
+import tune_kernels
+cases = [(0.96, 1.0), (0.975, 1.0), (1.0, 1.0), (0.5, None)]
+print(json.dumps([tune_kernels.beats_launched(dict(best_ms=b, table_ms=t)) for b, t in cases]))
+"""
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert json.loads(run.stdout.strip().splitlines()[-1]) == [True, False, False, False]
 
 
 def test_tune_kernels_tries_the_filter_gradient_with_more_columns_per_program():

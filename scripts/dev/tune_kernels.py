@@ -13,7 +13,8 @@ compiled program (`chained`), the median of --rounds rounds. Workers compile in 
 every worker has compiled all its candidates, one at a time on the GPU; the candidates that ran out of the GPU's
 memory beside the other workers (each keeps what its largest candidate took) are timed again by one worker alone
 once the others are done. Prints per key the rule's time, the table's, the best and its parameters, then the
-`TUNED` entries to paste; writes every candidate's row as JSON as it comes (a run cut short keeps what it measured).
+`TUNED` entries to paste (those that beat the tiles launched now by more than KEEP) and the others; writes every
+candidate's row as JSON as it comes (a run cut short keeps what it measured).
 `--mode interpret` runs the same on a CPU under the Triton interpreter: the plumbing, not times.
 """
 
@@ -51,6 +52,7 @@ flags.DEFINE_enum("mode", "triton", ["triton", "interpret"], "interpret: the Tri
 flags.DEFINE_string("json", None, "write every candidate's row here")
 
 MAX_ERROR = 2.0 ** -6
+KEEP = 0.03  # a tuned conv entry replaces the launched tiles only where it is faster by more than this
 OUT_OF_MEMORY = "out of the GPU's memory"
 
 
@@ -370,6 +372,12 @@ def launched_tiles(key) -> tuple:
                                       "bfloat16")))
 
 
+def beats_launched(b: dict) -> bool:
+  """Whether a conv key's best (summarise) beat the tiles a launch takes now by more than KEEP, the timings' spread:
+  the table takes an entry only then, so that a re-run's noise does not churn it."""
+  return bool(b["table_ms"]) and b["best_ms"] < b["table_ms"] / (1 + KEEP)
+
+
 def summarise(rows):
   """Per key: the rule's row, the best accepted row, and for a conv key the row of the tiles a launch takes now
   (`launched_tiles`); best_rate is TFLOP/s for conv kernels, TB/s for LRN and pool."""
@@ -434,10 +442,16 @@ def main(argv):
     print(f"{b['kernel']:12} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
           f"{b['best_rate']:8.2f} {gain:6.2f}  {b['best']}")
   convs = [b for b in best if b["kernel"] in CONV_KERNELS]
-  if convs:
-    print("\nTUNED entries (triton_kernels/conv_tiles.py):")
-  for b in convs:
-    print(f"    {tuple(b['key'])}: {tuple(b['best'])},  # {', '.join(b['layers'])}: {b['best_ms']:.3f} ms")
+  kept = f"TUNED entries (triton_kernels/conv_tiles.py) that beat the tiles launched now by more than {KEEP:.0%}:"
+  others = (f"the others (within {KEEP:.0%} of the launched tiles, which then stay, or the launched tiles not "
+            "timed):")
+  for title, entries in ((kept, [b for b in convs if beats_launched(b)]),
+                         (others, [b for b in convs if not beats_launched(b)])):
+    if entries:
+      print(f"\n{title}")
+    for b in entries:
+      launched = f", launched {b['table_ms']:.3f} ms" if b["table_ms"] else ""
+      print(f"    {tuple(b['key'])}: {tuple(b['best'])},  # {', '.join(b['layers'])}: {b['best_ms']:.3f} ms{launched}")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(dict(dtype=args.dtype, batch=args.batch, mode=args.mode, rows=rows, best=best), f, indent=1)
