@@ -179,14 +179,15 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     # once (a tenth of a second), which one window of a few dozen steps would count as the cache's speed.
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows)  # noqa: B023
     elapsed = time.perf_counter() - start
-    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}
+    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}  # before close, as above
+    put_split = {k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before}
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
     held = {"host": 0, "tiered": rule.device_slots}.get(where, rule.slots)  # of them, on the devices
     out.append(dict(fraction=fraction, cache=where or "device", group=put.group, images=rule.slots, device_images=held,
                     first_epoch_steps=max(0, timed), first_epoch_images_per_s=first,
                     first_epoch_of_host=first and first / host, later_images_per_s=later, later_feed=split,
-                    later_put={k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before},
+                    later_put=put_split,
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
   return out
@@ -248,11 +249,13 @@ def main(argv):
     before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), batch, args.steps, windows=1)  # noqa: B023
     elapsed = time.perf_counter() - start
+    # read before close: the feed goes on building batches after the window, which is not the window's time
+    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}
+    decoder_split = {k: (decoding[k] - decoding_before[k]) / elapsed for k in decoding}
     feed.close()
     row = dict(decoder=setting.split(":")[0], workers=workers, threads=int(threads), host_share=data.host_share,
                host_images_per_s=host, images_per_s=rate, of_synthetic=rate / out["synthetic_images_per_s"],
-               feed={k: (feed.seconds[k] - before[k]) / elapsed for k in before},
-               decoding={k: (decoding[k] - decoding_before[k]) / elapsed for k in decoding})
+               feed=split, decoding=decoder_split)
     out["rows"].append(row)
     print(row, flush=True)
   if args.cache:

@@ -442,9 +442,9 @@ def main(argv):
     print(f"{b['kernel']:12} {', '.join(b['layers']):24} {rule_ms} {table_ms} {b['best_ms']:8.3f} "
           f"{b['best_rate']:8.2f} {gain:6.2f}  {b['best']}")
   convs = [b for b in best if b["kernel"] in CONV_KERNELS]
-  kept = f"TUNED entries (triton_kernels/conv_tiles.py) that beat the tiles launched now by more than {KEEP:.0%}:"
-  others = (f"the others (within {KEEP:.0%} of the launched tiles, which then stay, or the launched tiles not "
-            "timed):")
+  margin = f"{100 * KEEP:g} %"
+  kept = f"TUNED entries (triton_kernels/conv_tiles.py) that beat the tiles launched now by more than {margin}:"
+  others = f"the others (within {margin} of the launched tiles, which then stay, or the launched tiles not timed):"
   for title, entries in ((kept, [b for b in convs if beats_launched(b)]),
                          (others, [b for b in convs if not beats_launched(b)])):
     if entries:
