@@ -159,6 +159,22 @@ def test_a_stall_is_measured_per_step_against_a_batch_s_noise():
   assert resumed.steps(dict(learning_at=1150), 1200) == 50
 
 
+def test_the_metrics_window_keeps_the_first_nonfinite_step_the_widest_spread_the_last_learning_step_and_sums():
+  def step(loss, nonfinite_from, spread, learning_at):
+    return dict(loss=jax.numpy.float32(loss), top1=jax.numpy.int32(3), count=jax.numpy.int32(8),
+                nonfinite_from=jax.numpy.int32(nonfinite_from), logit_spread=jax.numpy.float32(spread),
+                learning_at=jax.numpy.int32(learning_at))
+  window = None
+  for metrics in [step(1.5, guard.NEVER, 0.5, 1), step(np.nan, 2, 2.0, 0), step(2.5, 3, 1.0, 3),
+                  step(0.5, guard.NEVER, 0.25, 0)]:
+    window = guard.accumulate(window, metrics)
+  window = jax.device_get(window)
+  assert np.isnan(window["loss"]) and window["top1"] == 12 and window["count"] == 32
+  assert window["nonfinite_from"] == 2 and window["logit_spread"] == 2.0 and window["learning_at"] == 3
+  finite = jax.device_get(guard.accumulate(step(1.5, guard.NEVER, 0.5, 1), step(0.5, guard.NEVER, 0.25, 0)))
+  assert finite["loss"] == 2.0 and finite["nonfinite_from"] == guard.NEVER
+
+
 def test_the_watch_stops_a_run_for_what_its_logs_and_checks_saw_with_one_line_each():
   ln10 = float(np.log(10))
 

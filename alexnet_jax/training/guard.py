@@ -112,9 +112,15 @@ class Stall:
 
 
 def accumulate(sums: dict | None, metrics: dict) -> dict:
-  """The metrics window with one more step (_WINDOW)."""
+  """The metrics window with one more step (_WINDOW), in one dispatch: an op per key would hold Python's lock for
+  each, every step, against the feed's thread (data/feed.py)."""
   if sums is None:
     return metrics
+  return _accumulated(sums, metrics)
+
+
+@jax.jit
+def _accumulated(sums: dict, metrics: dict) -> dict:
   return {k: _WINDOW.get(k, jnp.add)(v, metrics[k]) for k, v in sums.items()}
 
 
