@@ -103,4 +103,4 @@ def test_the_table_is_the_measurement_it_names_and_covers_the_layers_measured():
       missing += [(config.network, s.name, kernel, batch) for s in convs for kernel in ("fwd", "dgrad", "wgrad")
                   if (kernel != "dgrad" or s is not convs[0])
                   and tile_key(kernel, s.x, s.w, s.stride, s.padding, s.groups) not in MEASURED]
-  assert len(paths) == 2 and len(runs) == 7 and not missing, missing
+  assert len(paths) == 3 and len(runs) == 8 and not missing, missing
