@@ -23,6 +23,9 @@ tiles the table gave by more than 3 %, from
       --layers conv3,conv4,conv5 --workers 14   (and --batch 128)
   python3 scripts/dev/tune_kernels.py --config configs/vgg16.py --batch 128 --placements one --kernels fwd
       --min_tile 16384 --workers 6 --calls 10 --rounds 3
+and VGG-16's two largest layers' data and filter gradients at 128 on one H100 (conv2_2's data gradient kept) from
+  python3 scripts/dev/tune_kernels.py --config configs/vgg16.py --batch 128 --placements one --kernels dgrad,wgrad
+      --layers conv1_2,conv2_2 --min_tile 16384 --workers 8 --calls 10 --rounds 3
 The runs, with each candidate's time and the rule of thumb's: docs/results/tune_kernels_*_b{128,512,1024}.json,
 docs/results/tune_kernels_*_conv{2_wgrad_columns,4_one,5_one}_b512.json, tune_kernels_vgg16_*_b128.json and
 tune_kernels_fwd_conv3_5_one_h100_*.json; docs/BENCHMARKS.md has the figures.
@@ -100,7 +103,7 @@ TUNED = {
     ("fwd", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv2_1
     ("dgrad", 128, 64, 112, 112, 128, 3, 3, 1, 1, 1): (64, 256, 64, 4, 4, 4096),  # vgg conv2_1
     ("fwd", 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv2_2
-    ("dgrad", 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (128, 128, 64, 4, 3, 4096),  # vgg conv2_2
+    ("dgrad", 128, 128, 112, 112, 128, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv2_2
     ("fwd", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # vgg conv3_1
     ("dgrad", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 3, 4096),  # vgg conv3_1
     ("wgrad", 128, 128, 56, 56, 256, 3, 3, 1, 1, 1): (128, 256, 64, 8, 4, 4096),  # vgg conv3_1
