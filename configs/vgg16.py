@@ -5,9 +5,10 @@ Their recipe: batch 256, SGD momentum 0.9, weight decay 5e-4, learning rate 0.01
 validation accuracy stopped improving, 74 epochs, dropout 0.5 in fc6 and fc7, and training images rescaled to a
 shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data settings of the paper's config.
 The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They initialised the deep nets from a
-trained VGG-11, and found later that Glorot's rule trains them from scratch: this config uses it ('glorot'). He's
-scale, whose activations keep their size through the 13 conv layers without normalisation, diverges at lr 0.01 in
-its first steps (docs/BENCHMARKS.md has the runs).
+trained VGG-11, and found later that Glorot's rule trains them from scratch: this config uses it ('glorot'), which
+spends its first few hundred steps near chance before it learns. He's scale, whose activations keep their size
+through the 13 conv layers without normalisation, learns sooner but jumps back to chance or to NaN at lr 0.01 in
+bfloat16, after a warm-up too, under plain XLA's convolutions as under ours (docs/BENCHMARKS.md has the runs).
 """
 
 from alexnet_jax.config import paper_config
