@@ -7,8 +7,9 @@ shorter side of 256 with random 224 crops, flips and PCA colour shifts: the data
 The drops here are fixed at epochs 30, 50 and 65 (no plateau detection). They initialised the deep nets from a
 trained VGG-11, and found later that Glorot's rule trains them from scratch: this config uses it ('glorot'), which
 spends its first few hundred steps near chance before it learns. He's scale, whose activations keep their size
-through the 13 conv layers without normalisation, learns sooner but jumps back to chance or to NaN at lr 0.01 in
-bfloat16, after a warm-up too, under plain XLA's convolutions as under ours (docs/BENCHMARKS.md has the runs).
+through the 13 conv layers without normalisation, learns sooner but jumps back to chance or to NaN in bfloat16,
+at lr 0.01 and within a warm-up at 0.005, under plain XLA's convolutions as under ours (docs/BENCHMARKS.md has
+the runs).
 """
 
 from alexnet_jax.config import paper_config
