@@ -1,5 +1,8 @@
 """The feed's thread (data/feed.py): the order of its puts and finishes, a placer's group of batches a put, what the
-host and the devices skipped, and an error in its thread raised after the batches before it."""
+host and the devices skipped, an error in its thread raised after the batches before it, and where its time went."""
+
+import threading
+import time
 
 import pytest
 
@@ -76,4 +79,37 @@ def test_an_error_midway_through_a_group_comes_after_the_batches_taken_before_it
   assert [next(feed), next(feed)] == [(0, 0), (1, 0)]  # put as a group of two
   with pytest.raises(OSError, match="disk went away"):
     next(feed)
+  feed.close()
+
+
+def test_the_feed_s_seconds_count_the_wait_under_way_when_read():
+  # A benchmark reads `seconds` at a window's two ends: a wait for the host that spans one must count up to the read,
+  # and the thread's three shares together the whole time between two reads.
+  release = threading.Event()
+
+  class Instant:  # a batch_placer whose puts take no time
+    group = 1
+
+    def put(self, batches):
+      return lambda: [(batches[0], 0)]
+
+    def close(self):
+      pass
+
+  def host_batches():
+    yield 0, 0
+    yield 1, 0
+    release.wait()  # the host's third batch is slow
+    yield 2, 0
+
+  feed = Feed(host_batches(), Instant())
+  assert next(feed) == (0, 0)  # finished once the second was put
+  time.sleep(0.05)  # the thread is now waiting for the host's third batch
+  before, start = feed.seconds, time.perf_counter()
+  time.sleep(0.3)
+  after, elapsed = feed.seconds, time.perf_counter() - start
+  waited = after["host"] - before["host"]
+  assert 0.9 * elapsed < waited <= sum(after.values()) - sum(before.values()) < 1.1 * elapsed + 0.01
+  release.set()
+  assert [next(feed), next(feed)] == [(1, 0), (2, 0)]
   feed.close()

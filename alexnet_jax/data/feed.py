@@ -23,13 +23,17 @@ class Feed:
   put (Python, the GIL, a jit's dispatch) once for all of them (data/cache.py). An exception in the thread is raised
   by next(), after the batches taken before it.
   `seconds` says where the thread's time went: waiting for host batches ('host'), putting and finishing them
-  ('put'), waiting for the loop to take them ('loop')."""
+  ('put'), waiting for the loop to take them ('loop'), up to the moment it is read, the part under way included:
+  a benchmark reads it over a window of a few steps, and one put or wait across the window's end would otherwise
+  go uncounted or count whole."""
 
   def __init__(self, host_batches, batch_placer):
     self._host, self._placer = host_batches, batch_placer
     self._ready = queue.Queue(AHEAD * batch_placer.group)
     self._stop = threading.Event()
-    self.seconds = dict(host=0.0, put=0.0, loop=0.0)
+    self._seconds = dict(host=0.0, put=0.0, loop=0.0)
+    self._lock = threading.Lock()  # the thread's state and its start, against `seconds` read from another thread
+    self._state, self._since = "host", time.perf_counter()
     self._thread = threading.Thread(target=self._run, name="feed", daemon=True)
     self._thread.start()
 
@@ -37,16 +41,15 @@ class Feed:
     pending = collections.deque()  # (finish, skipped) of the batches put and not yet finished, oldest first
     try:
       while not self._stop.is_set():
-        start, taken = time.perf_counter(), []
+        self._enter("host")
+        taken = []
         try:
           while len(taken) < self._placer.group:
             taken.append(next(self._host))
         finally:  # an error midway: the batches taken before it are put, and reach the loop before the error
-          put = time.perf_counter()
+          self._enter("put")
           if taken:
             pending.append((self._placer.put([batch for batch, _ in taken]), [skipped for _, skipped in taken]))
-          self.seconds["host"] += put - start
-          self.seconds["put"] += time.perf_counter() - put
         if len(pending) == IN_FLIGHT:
           self._finish(*pending.popleft())
     except BaseException as e:  # noqa: BLE001  (handed to the loop, which raises it after the batches before it)
@@ -58,22 +61,33 @@ class Feed:
       self._offer(e)
 
   def _finish(self, finish, skipped: list[int]) -> None:
-    start = time.perf_counter()
+    self._enter("put")
     done = finish()
-    self.seconds["put"] += time.perf_counter() - start
     for (on_device, more), before in zip(done, skipped, strict=True):
       self._offer((on_device, before + more))
 
   def _offer(self, item) -> None:
+    self._enter("loop")
     while not self._stop.is_set():
-      start = time.perf_counter()
       try:
-        self._ready.put(item, timeout=0.01)  # counted as it goes: a benchmark reads `seconds` over a window
+        self._ready.put(item, timeout=0.01)
         return
       except queue.Full:
         continue
-      finally:
-        self.seconds["loop"] += time.perf_counter() - start
+
+  def _enter(self, state: str) -> None:
+    """The thread's time since its last state goes to that state; from now on it is in `state`."""
+    now = time.perf_counter()
+    with self._lock:
+      self._seconds[self._state] += now - self._since
+      self._state, self._since = state, now
+
+  @property
+  def seconds(self) -> dict:
+    with self._lock:
+      seconds = dict(self._seconds)
+      seconds[self._state] += time.perf_counter() - self._since
+    return seconds
 
   def __iter__(self):
     return self

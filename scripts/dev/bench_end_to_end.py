@@ -174,13 +174,13 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     # the batches the fill's last steps built ahead; the reading assembly compiles
     for _ in range((AHEAD + 2) * put.group):
       jax.block_until_ready(step(next(feed)[0]))
-    before, put_before, start = dict(feed.seconds), dict(put.seconds), time.perf_counter()
+    before, put_before, start = feed.seconds, dict(put.seconds), time.perf_counter()
     # The median of several windows: the first batch of a row count not met before compiles the devices' assembly
     # once (a tenth of a second), which one window of a few dozen steps would count as the cache's speed.
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows)  # noqa: B023
     elapsed = time.perf_counter() - start
     # read before close: the feed goes on building batches after the window, which is not the window's time
-    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}
+    split = {k: (v - before[k]) / elapsed for k, v in feed.seconds.items()}
     put_split = {k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before}
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
@@ -247,10 +247,10 @@ def main(argv):
     decoding = put.seconds
     for _ in range(settling(workers)):
       jax.block_until_ready(step(next(feed)[0]))
-    before, decoding_before, start = dict(feed.seconds), dict(decoding), time.perf_counter()
+    before, decoding_before, start = feed.seconds, dict(decoding), time.perf_counter()
     rate = images_per_s(lambda: step(next(feed)[0]), batch, args.steps, windows=1)  # noqa: B023
     elapsed = time.perf_counter() - start
-    split = {k: (feed.seconds[k] - before[k]) / elapsed for k in before}  # before close, as cache_rows reads it
+    split = {k: (v - before[k]) / elapsed for k, v in feed.seconds.items()}  # before close, as cache_rows reads it
     decoder_split = {k: (decoding[k] - decoding_before[k]) / elapsed for k in decoding}
     feed.close()
     row = dict(decoder=setting.split(":")[0], workers=workers, threads=int(threads), host_share=data.host_share,
