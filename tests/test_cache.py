@@ -3,7 +3,10 @@ batches they assemble are the decoded ones, image for image and label for label,
 whether a batch's rows lie on every device or are split over them; the host decodes only what the cache does not
 hold; each tier is sized by its own key; a run trains the same with any."""
 
+import ctypes
 import io
+import os
+import time
 
 import jax
 import numpy as np
@@ -281,6 +284,37 @@ def test_a_tiered_batch_that_sends_more_rows_than_it_says_is_refused(dataset):
   host["sent"] = np.int32(BATCH // 2)  # a process that counted only its own rows would say so
   with pytest.raises(ValueError, match=f"send up to {BATCH} rows, more than its 'sent' {BATCH // 2}"):
     cache.cached_put("tiered", rows, SIZE, 16, rule).put([host])
+
+
+def resident_share(array: np.ndarray) -> float:
+  """The share of `array`'s pages in memory (mincore)."""
+  page = os.sysconf("SC_PAGE_SIZE")
+  start = array.ctypes.data // page * page
+  pages = (array.ctypes.data + array.nbytes - start + page - 1) // page
+  vector = (ctypes.c_ubyte * pages)()
+  mincore = ctypes.CDLL(None, use_errno=True).mincore
+  mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+  assert mincore(start, pages * page, vector) == 0, os.strerror(ctypes.get_errno())
+  return sum(v & 1 for v in vector) / pages
+
+
+@pytest.mark.parametrize("kind", ["host", "tiered"])
+def test_the_host_tier_s_pages_are_taken_before_its_images_are_written(kind):
+  # Taken at the first write, each page would be a fault in the first epoch's copy threads: the host tier asks for its
+  # pages from the start, and an image written meanwhile keeps its bytes.
+  rows = BatchLayout(sharding.make_mesh(2, 1), ("data",))
+  n = (64 << 20) // (SIZE * SIZE * 3)  # 64 MiB: above what malloc serves from memory freed before
+  rule = cache.Schedule(n, n, BATCH, 1, 0, device_slots=ON_DEVICES if kind == "tiered" else 0)
+  put = cache.cached_put(kind, rows, SIZE, 16, rule)
+  image = np.arange(SIZE * SIZE * 3, dtype=np.uint8).reshape(SIZE, SIZE, 3)
+  put.images[-1] = image
+  deadline = time.monotonic() + 30
+  while resident_share(put.images) < 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert resident_share(put.images) == 1
+  np.testing.assert_array_equal(put.images[-1], image)
+  assert not put.images[:-1].any()  # fresh anonymous memory: zeros, untouched by the asking
+  put.close()
 
 
 @pytest.mark.parametrize("mesh", MESHES.values(), ids=MESHES.keys())

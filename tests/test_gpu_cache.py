@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_cache import BATCH, SIZE, SLOTS, N, dataset  # noqa: F401  (dataset: the fixture)
 
-from alexnet_jax.data import cache, train_batches
+from alexnet_jax.data import cache, host_memory, train_batches
 from alexnet_jax.data.device_batches import BatchLayout
 from alexnet_jax.network import sharding
 
@@ -23,7 +23,7 @@ def test_host_cache_buffers_are_not_rewritten_before_their_batch_has_crossed(dat
   cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
   plain = train_batches(dataset, BATCH)
   put = cache.HostCachedPut(rows, SIZE, 16, rule)
-  steps = group * (4 * cache.BUFFERS + 2)  # the fill, then every buffer used again several times over
+  steps = group * (4 * host_memory.BUFFERS + 2)  # the fill, then every buffer used again several times over
   # every put made before the first is finished
   finishes = [put.put([cached[s][0] for s in range(step, step + group)]) for step in range(0, steps, group)]
   placed = [batch for finish in finishes for batch, _ in finish()]  # all held until the end

@@ -18,12 +18,10 @@ HostCachedPut does and has the devices complete the batch as CachedPut does. The
 batches at once (GROUP_ROWS), each row block's rows of each batch in turn (_in_turn), which the devices split again.
 """
 
-import collections
 import concurrent.futures
 import dataclasses
 import functools
 import math
-import mmap
 import os
 import time
 
@@ -35,12 +33,12 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from alexnet_jax.data import host_memory
 from alexnet_jax.data.device_batches import HostPut, BatchLayout, check_batch
 from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
 COPY_THREADS = min(8, len(os.sched_getaffinity(0)))  # the host cache's copies: memory's bandwidth, not the cores
-BUFFERS = 3  # the host cache's batch buffers, each used again once its batch has crossed to the devices
 GROUP_ROWS = 512  # of this process's rows: a host cache's put takes as many consecutive batches together
 SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
 
@@ -160,12 +158,12 @@ class HostCachedPut(HostPut):
     self.rule, self.step, self.first = rule, rule.start, rule.device_slots
     share = rows.process_rows(rule.batch_size)
     self.group = max(1, group_rows // (share.stop - share.start))
-    # Pages are taken as images are written: a cache the run never fills costs nothing.
-    self.images = np.empty((rule.slots - self.first, size, size, 3), np.uint8)
+    self._pages = host_memory.Pages((rule.slots - self.first, size, size, 3))
+    self.images = self._pages.array
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
-    self._buffers = _Buffers(rows.mesh.devices.flat[0], (size, size, 3))
+    self._buffers = host_memory.Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a put's image chunks
     self._split = {}  # (batches, the arrays' ranks) → the devices' split of a put's arrays into its batches
     # copying rows here; waiting for a buffer to be free; putting the pixels, the rest; (tiered) the devices' assembly
@@ -279,68 +277,10 @@ class HostCachedPut(HostPut):
     self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
+    self._pages.close()
     self._threads.shutdown()
     self._draws.shutdown()
     self._buffers.close()
-
-
-class _Buffers:
-  """The host buffers that batches cross to the devices from, each used again once the batch placed from it is on
-  the devices: fresh memory for each batch would be paged in (and zeroed) every step, which costs more than the copy.
-  Where the devices can read host memory directly (a GPU's DMA: client.dma_map), BUFFERS of a whole batch's rows are
-  mapped once and a put from one is a single copy that the devices make after the put returns, without the staging
-  copy through pinned memory that a put from pageable memory takes, and which held the feed's thread for most of a
-  step (docs/BENCHMARKS.md). CPU devices use none again: their arrays may be the host buffer itself (XLA:CPU takes
-  aligned memory as it is)."""
-
-  def __init__(self, device, row: tuple):
-    self.device, self.row = device, row
-    self.reuse = device.platform != "cpu"
-    self.mapped = None  # the mapped buffers (None: not yet tried; []: this client cannot map)
-    self._held = collections.deque()  # (buffer, the device array placed from it), oldest first
-    self._taken = None
-
-  def take(self, n: int, most: int) -> np.ndarray:
-    """A buffer of n rows; `most`: the most any batch sends (this process's rows of a batch), which a mapped buffer
-    holds."""
-    if self.mapped is None and self.reuse:
-      self.mapped = self._map(most)
-    buffer = None
-    if len(self._held) == BUFFERS:
-      buffer, placed = self._held.popleft()
-      jax.block_until_ready(placed)  # copied from the buffer long ago: this rarely waits
-    if buffer is None or len(buffer) < n or (not self.mapped and len(buffer) != n):
-      buffer = self.mapped[len(self._held)] if self.mapped else np.empty((n, *self.row), np.uint8)
-    self._taken = buffer
-    return buffer[:n]
-
-  def placed(self, array) -> None:
-    """The device array put from the buffer last taken."""
-    if self.reuse:
-      self._held.append((self._taken, array))
-
-  def _map(self, rows: int) -> list[np.ndarray]:
-    buffers = [np.frombuffer(mmap.mmap(-1, rows * math.prod(self.row)), np.uint8).reshape(rows, *self.row)
-               for _ in range(BUFFERS)]  # page-aligned
-    try:
-      for b in buffers:
-        self.device.client.dma_map(b.ctypes.data, b.nbytes)
-    except jax.errors.JaxRuntimeError:  # this client cannot map: puts from pageable memory
-      self._unmap(buffers)
-      return []
-    return buffers
-
-  def _unmap(self, buffers) -> None:
-    for b in buffers:
-      try:
-        self.device.client.dma_unmap(b.ctypes.data)
-      except jax.errors.JaxRuntimeError:  # never mapped
-        pass
-
-  def close(self) -> None:
-    for _, placed in self._held:
-      jax.block_until_ready(placed)  # the devices may still be reading the buffer
-    self._unmap(self.mapped or [])
 
 
 class TieredCachedPut(HostCachedPut):
