@@ -166,7 +166,8 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   assert full["later_images_per_s"] > 0 and half["later_images_per_s"] > 0
   # Six batches an epoch are fewer than the batches that can stand built ahead: a first epoch so short is not timed,
   # and the row says how large a store would be.
-  assert all(row["first_epoch_images_per_s"] is None for row in (full, half, one_a_put, sharded))
+  assert all(row["first_epoch_images_per_s"] is None and row["first_put"] is None
+             for row in (full, half, one_a_put, sharded))
   assert "1: the first epoch is not timed" in run.stdout and "it needs a store of at least" in run.stdout
   assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half, one_a_put, sharded))
   assert sharded["later_images_per_s"] > 0

@@ -12,12 +12,12 @@ decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: b
 (the input path as train.py runs it: images/s, the ratio to synthetic, where the feed's thread spent its time);
 cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
 next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
-(1 − f)), where the feed's thread and the host cache's copies and puts spent their time, and how many ImageNet images
-the device cache would hold; the host and tiered caches once for each --group_rows: the rows a put takes together, 0
-a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts
-after start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a
-full pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row
-says how large a store would be.
+(1 − f)), where the feed's thread and the host cache's copies and puts spent their time in each, and how many ImageNet
+images the device cache would hold; the host and tiered caches once for each --group_rows: the rows a put takes
+together, 0 a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts after
+start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a full
+pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row says how
+large a store would be.
 """
 
 import collections
@@ -161,9 +161,11 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
     timed = filled - warm - 1  # the first epoch's steps left
-    first = None
+    first, first_feed, first_put = None, None, None
     if timed >= 3 * ahead:
+      before, put_before, start = feed.seconds, dict(put.seconds), time.perf_counter()
       first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1)  # noqa: B023
+      first_feed, first_put = shares(feed.seconds, before, start), shares(put.seconds, put_before, start)
     else:
       print(f"{text}: the first epoch is not timed: {max(0, timed)} of its steps are left after start-up, fewer than "
             f"{3 * ahead}; it needs a store of at least "
@@ -178,20 +180,24 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     # The median of several windows: the first batch of a row count not met before compiles the devices' assembly
     # once (a tenth of a second), which one window of a few dozen steps would count as the cache's speed.
     later = images_per_s(lambda: step(next(feed)[0]), batch, steps, windows)  # noqa: B023
-    elapsed = time.perf_counter() - start
     # read before close: the feed goes on building batches after the window, which is not the window's time
-    split = {k: (v - before[k]) / elapsed for k, v in feed.seconds.items()}
-    put_split = {k: (put.seconds[k] - put_before[k]) / elapsed for k in put_before}
+    split, put_split = shares(feed.seconds, before, start), shares(put.seconds, put_before, start)
     feed.close()
     model = synthetic if fraction >= 1 else min(synthetic, host / (1 - fraction))
     held = {"host": 0, "tiered": rule.device_slots}.get(where, rule.slots)  # of them, on the devices
     out.append(dict(fraction=fraction, cache=where or "device", group=put.group, images=rule.slots, device_images=held,
                     first_epoch_steps=max(0, timed), first_epoch_images_per_s=first,
-                    first_epoch_of_host=first and first / host, later_images_per_s=later, later_feed=split,
-                    later_put=put_split,
+                    first_epoch_of_host=first and first / host, first_feed=first_feed, first_put=first_put,
+                    later_images_per_s=later, later_feed=split, later_put=put_split,
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
   return out
+
+
+def shares(seconds: dict, before: dict, start: float) -> dict:
+  """Each of `seconds`' counts since `before` was read, at perf_counter `start`, as a share of the time since."""
+  elapsed = time.perf_counter() - start
+  return {k: (v - before[k]) / elapsed for k, v in seconds.items()}
 
 
 def imagenet_fits(jitted_step, batch: int, dataset, setup, state, key) -> dict:
