@@ -168,6 +168,7 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   # and the row says how large a store would be.
   assert all(row["first_epoch_images_per_s"] is None and row["first_put"] is None
              for row in (full, half, one_a_put, sharded))
+  assert half["host_pages_s"] >= 0 and full["host_pages_s"] is None and sharded["host_pages_s"] is None
   assert "1: the first epoch is not timed" in run.stdout and "it needs a store of at least" in run.stdout
   assert all(set(row["later_feed"]) == {"host", "put", "loop"} for row in (full, half, one_a_put, sharded))
   assert sharded["later_images_per_s"] > 0

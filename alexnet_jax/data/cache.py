@@ -158,8 +158,8 @@ class HostCachedPut(HostPut):
     self.rule, self.step, self.first = rule, rule.start, rule.device_slots
     share = rows.process_rows(rule.batch_size)
     self.group = max(1, group_rows // (share.stop - share.start))
-    self._pages = host_memory.Pages((rule.slots - self.first, size, size, 3))
-    self.images = self._pages.array
+    self.pages = host_memory.Pages((rule.slots - self.first, size, size, 3))
+    self.images = self.pages.array
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
@@ -277,7 +277,7 @@ class HostCachedPut(HostPut):
     self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
-    self._pages.close()
+    self.pages.close()
     self._threads.shutdown()
     self._draws.shutdown()
     self._buffers.close()

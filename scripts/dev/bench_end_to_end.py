@@ -12,12 +12,13 @@ decoder[-gpu_backends]:workers:threads[:host_share], the host's batches alone: b
 (the input path as train.py runs it: images/s, the ratio to synthetic, where the feed's thread spent its time);
 cache (for each fraction f in --cache, 'sharded:f', 'host:f' or 'tiered:fd:fh' (fd of the store on the devices, the
 next fh in the host's memory: f = fd + fh), the first epoch and the later ones against min(synthetic, host alone ÷
-(1 − f)), where the feed's thread and the host cache's copies and puts spent their time in each, and how many ImageNet
-images the device cache would hold; the host and tiered caches once for each --group_rows: the rows a put takes
-together, 0 a batch a put). A window that times decoding (the end-to-end rows, the cache's first epoch) starts after
-start-up and after as many more steps as batches can stand built ahead (`built_ahead`): a window opened on a full
-pipeline counts batches decoded before it. A first epoch shorter than three times that is not timed: the row says how
-large a store would be.
+(1 − f)), where the feed's thread and the host cache's copies and puts spent their time in each, how long the host
+cache's pages took to be asked for (host_memory.Pages) and how long after the cache was made the first epoch's window
+opened, and how many ImageNet images the device cache would hold; the host and tiered caches once for each
+--group_rows: the rows a put takes together, 0 a batch a put). A window that times decoding (the end-to-end rows, the
+cache's first epoch) starts after start-up and after as many more steps as batches can stand built ahead
+(`built_ahead`): a window opened on a full pipeline counts batches decoded before it. A first epoch shorter than three
+times that is not timed: the row says how large a store would be.
 """
 
 import collections
@@ -155,15 +156,17 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     fraction, on_devices = sum(map(float, numbers)), float(numbers[0]) if where == "tiered" else 0.0
     rule = cache.Schedule(round(fraction * dataset.num_train), dataset.num_train, batch, setup.batch_layout.blocks, 0,
                           device_slots=round(on_devices * dataset.num_train))
+    made = time.perf_counter()
     put = cache.cached_put(where or "device", setup.batch_layout, dataset.size, setup.image_size, rule, group_rows)
     feed = Feed(iterate(train_batches(dataset, batch, cached=rule), 0, workers), put)
     warm, filled, ahead = settling(workers, put.group), rule.fill_end // batch + 1, built_ahead(workers, put.group)
     for _ in range(warm):
       jax.block_until_ready(step(next(feed)[0]))
     timed = filled - warm - 1  # the first epoch's steps left
-    first, first_feed, first_put = None, None, None
+    first, first_from, first_feed, first_put = None, None, None, None
     if timed >= 3 * ahead:
       before, put_before, start = feed.seconds, dict(put.seconds), time.perf_counter()
+      first_from = start - made
       first = images_per_s(lambda: step(next(feed)[0]), batch, timed, windows=1)  # noqa: B023
       first_feed, first_put = shares(feed.seconds, before, start), shares(put.seconds, put_before, start)
     else:
@@ -187,7 +190,9 @@ def cache_rows(config, dataset, setup, step, fractions: list[str], workers: int,
     held = {"host": 0, "tiered": rule.device_slots}.get(where, rule.slots)  # of them, on the devices
     out.append(dict(fraction=fraction, cache=where or "device", group=put.group, images=rule.slots, device_images=held,
                     first_epoch_steps=max(0, timed), first_epoch_images_per_s=first,
-                    first_epoch_of_host=first and first / host, first_feed=first_feed, first_put=first_put,
+                    first_epoch_of_host=first and first / host, first_epoch_from_s=first_from,
+                    host_pages_s=getattr(getattr(put, "pages", None), "seconds", None), first_feed=first_feed,
+                    first_put=first_put,
                     later_images_per_s=later, later_feed=split, later_put=put_split,
                     of_synthetic=later / synthetic, model_images_per_s=model))
     print(out[-1], flush=True)
