@@ -19,8 +19,8 @@ class Pages:
   """An uninitialised uint8 array of `shape` in anonymous memory, whose pages a thread of its own asks the system for
   from the start (madvise's MADV_POPULATE_WRITE, a step at a time, Python's lock let go), ahead of the first epoch's
   writes into it. Taken at the first write instead, each 4 KiB page is a fault in the copy threads of the first
-  epoch, beside the decoding that bounds it, and on a machine whose memory grows as it is used, the host's growth
-  too (docs/data.md). Writes need not wait: a page already written is left as it is. Where the system has no
+  epoch, whose copies bound it, and on a machine whose memory grows as it is used, the host's growth too
+  (docs/data.md). Writes need not wait: a page already written is left as it is. Where the system has no
   MADV_POPULATE_WRITE, pages are taken as written. `seconds`: how long the thread took, once it has."""
 
   STEP = 1 << 28  # bytes a call: close() waits for one at most
