@@ -3,9 +3,11 @@ batches they assemble are the decoded ones, image for image and label for label,
 whether a batch's rows lie on every device or are split over them; the host decodes only what the cache does not
 hold; each tier is sized by its own key; a run trains the same with any."""
 
+import concurrent.futures
 import ctypes
 import io
 import os
+import threading
 import time
 
 import jax
@@ -134,6 +136,36 @@ def test_batches_put_before_the_last_is_finished_are_the_decoded_ones(dataset, s
     for k, want in plain[step][0].items():
       assert batch[k].sharding == rows.sharding(want.ndim), k
       np.testing.assert_array_equal(np.asarray(batch[k]), want, err_msg=f"{k} of step {step}")
+  put.close()
+
+
+@pytest.mark.parametrize("kind", ("host", "tiered"))
+def test_the_host_tier_is_written_behind_the_feed_and_read_once_written(dataset, kind):
+  # The first epoch's writes into the host tier run on threads of their own: a put that writes returns before they
+  # have, and a put that reads the tier waits for them.
+  rows = BatchLayout(sharding.make_mesh(1, 2), ("data",))
+  rule = schedule(kind, rows.blocks, 0)
+  cached = train_batches(dataset, BATCH, rows=rows.process_rows(BATCH), cached=rule)
+  plain = train_batches(dataset, BATCH)
+  put = cache.cached_put(kind, rows, SIZE, 16, rule)
+  held_back = threading.Event()
+  for _ in range(cache.WRITE_THREADS):
+    put._writes.submit(held_back.wait)
+  reads = next(step for step in range(N) if cached[step][0]["decoded"].min() < 0)  # the first batch read from it
+  assert 1 < reads <= cache.WRITES_AHEAD and all(rule.writes(step) for step in range(reads))
+  finishes = [put.put([cached[step][0]]) for step in range(reads)]
+  assert not put.images.any()  # nothing written yet: fresh anonymous memory is zeros
+  reader = concurrent.futures.ThreadPoolExecutor(1)
+  reading = reader.submit(put.put, [cached[reads][0]])
+  time.sleep(0.5)
+  assert not reading.done()
+  held_back.set()
+  finishes.append(reading.result(timeout=60))
+  for step, finish in enumerate(finishes):
+    (got, _), = finish()
+    for k, want in plain[step][0].items():
+      np.testing.assert_array_equal(np.asarray(got[k]), want, err_msg=f"{k} of step {step}")
+  reader.shutdown()
   put.close()
 
 

@@ -18,6 +18,7 @@ HostCachedPut does and has the devices complete the batch as CachedPut does. The
 batches at once (GROUP_ROWS), each row block's rows of each batch in turn (_in_turn), which the devices split again.
 """
 
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -39,6 +40,8 @@ from alexnet_jax.data.sources import DataError
 
 MARGIN = 1 << 30  # device memory left free beside the step's and the feed's needs: the allocator's fragmentation
 COPY_THREADS = min(8, len(os.sched_getaffinity(0)))  # the host cache's copies: memory's bandwidth, not the cores
+WRITE_THREADS = max(1, COPY_THREADS // 2)  # the host cache's writes, behind the feed and beside its copies
+WRITES_AHEAD = 4  # puts whose writes may still be under way: each holds its batches' decoded images
 GROUP_ROWS = 512  # of this process's rows: a host cache's put takes as many consecutive batches together
 SHAPES = 8  # a block's decoded rows are padded to a multiple of 1/SHAPES of it: at most SHAPES compiled assemblies
 
@@ -162,12 +165,15 @@ class HostCachedPut(HostPut):
     self.images = self.pages.array
     self.labels = np.zeros((rule.slots - self.first,), np.int32)
     self._threads = concurrent.futures.ThreadPoolExecutor(COPY_THREADS)
+    self._writes = concurrent.futures.ThreadPoolExecutor(WRITE_THREADS)
+    self._writing = collections.deque()  # the writes' futures of the puts not known to be written, oldest first
     self._draws = concurrent.futures.ThreadPoolExecutor(1)
     self._buffers = host_memory.Buffers(rows.mesh.devices.flat[0], (size, size, 3))
     self._join = {}  # chunks → the devices' join of a put's image chunks
     self._split = {}  # (batches, the arrays' ranks) → the devices' split of a put's arrays into its batches
-    # copying rows here; waiting for a buffer to be free; putting the pixels, the rest; (tiered) the devices' assembly
-    self.seconds = dict(copy=0.0, wait=0.0, place=0.0, draws=0.0)
+    # copying rows here; waiting for a buffer to be free, for the cache's writes; putting the pixels, the rest;
+    # (tiered) the devices' assembly
+    self.seconds = dict(copy=0.0, wait=0.0, written=0.0, place=0.0, draws=0.0)
 
   def put(self, batches: list[dict]):
     per_block = self.rule.batch_size // self.rule.blocks
@@ -191,9 +197,11 @@ class HostCachedPut(HostPut):
     their block's `width` (−1: not sent) copied into a buffer of `width` rows a block and batch (each block's rows of
     each batch in turn), held chunk-major in `chunks` parts (_chunk_major), the decoded ones from the batches and the
     cached ones from this cache; `draws` and the batches' labels, this cache's filled in, placed on the mesh in the
-    same order while the rows are copied. First, where a step writes, the decoded rows with slots here go into the
-    cache: a batch may read an image that an earlier row of it, or an earlier batch, decoded; a later one rewrites
-    an image only with its same pixels."""
+    same order while the rows are copied. Where a step writes, the decoded rows with slots here go into the cache
+    behind the feed, by threads of their own (_write): in the first epoch they are as many bytes again as the batch's
+    own, and the feed's copies bound it (docs/data.md). A batch that reads the cache waits for them first: it may
+    read an image that an earlier row of it, or an earlier batch, decoded; a later one rewrites an image only with
+    its same pixels."""
     per_block = self.rule.batch_size // self.rule.blocks
     n, group = len(batches[0]["label"]), len(batches)
     total = n // per_block * group * width
@@ -223,11 +231,29 @@ class HostCachedPut(HostPut):
       placed.append(dict(batch_draws, label=labels))
     self.step += group
     if writes:
-      self._copy_rows(writes)
+      self._write(writes)
+    here_at, here_slot = np.concatenate(here_at), np.concatenate(here_slot)
+    if len(here_slot):
+      self._written()
     # The small arrays' puts beside the copy, which lets go of the GIL.
     placing = self._draws.submit(self._put_draws, _in_turn(placed, per_block))
-    self._copy_rows(copies + [(images, np.concatenate(here_at), self.images, np.concatenate(here_slot))])
+    self._copy_rows(copies + [(images, here_at, self.images, here_slot)])
     return images, placing.result(), chunks
+
+  def _write(self, writes: list[tuple]) -> None:
+    """`writes` (as _copy_rows' copies) started on the write threads; the oldest put's waited for beyond
+    WRITES_AHEAD."""
+    self._writing.append([self._writes.submit(_copy, *part) for part in _parts(writes, WRITE_THREADS)])
+    if len(self._writing) > WRITES_AHEAD:
+      self._written(1)
+
+  def _written(self, puts: int | None = None) -> None:
+    """Waits for the writes of the oldest `puts` puts, of all by default."""
+    start = time.perf_counter()
+    for _ in range(len(self._writing) if puts is None else puts):
+      for future in self._writing.popleft():
+        future.result()
+    self.seconds["written"] += time.perf_counter() - start
 
   def _placed(self, images: np.ndarray, chunks: int):
     """The buffer's images on the mesh (_place); the buffer used again once they are."""
@@ -259,24 +285,14 @@ class HostCachedPut(HostPut):
     return self._join[chunks](*(put.result() for put in puts))
 
   def _copy_rows(self, copies: list[tuple]) -> None:
-    """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies` over COPY_THREADS threads, each share cut
-    into runs of consecutive destination rows (a whole share where the batch comes from one tier), each run one
-    np.take into its place: that lets go of the GIL for the whole run and reads and writes each row once ('clip':
-    with 'raise', numpy would gather into a temporary first). A loop row by row took the GIL back for every row (196
-    KB at 256×256), and waited for it while the feed's and the training loop's threads held it."""
-    def copy(dst, dst_rows, src, src_rows):
-      runs = np.flatnonzero(np.diff(dst_rows) != 1) + 1
-      for d, s in zip(np.split(dst_rows, runs), np.split(src_rows, runs)):
-        np.take(src, s, axis=0, out=dst[d[0]:d[0] + len(d)], mode="clip")
-
+    """dst[d] = src[s] for each (dst, dst rows, src, src rows) of `copies` over COPY_THREADS threads (_copy)."""
     start = time.perf_counter()
-    parts = [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
-             for d, s in zip(np.array_split(dst_rows, COPY_THREADS), np.array_split(src_rows, COPY_THREADS)) if len(d)]
-    for future in [self._threads.submit(copy, *part) for part in parts]:
+    for future in [self._threads.submit(_copy, *part) for part in _parts(copies, COPY_THREADS)]:
       future.result()
     self.seconds["copy"] += time.perf_counter() - start
 
   def close(self) -> None:
+    self._writes.shutdown()
     self.pages.close()
     self._threads.shutdown()
     self._draws.shutdown()
@@ -321,6 +337,23 @@ class TieredCachedPut(HostCachedPut):
       return [(b, 0) for b in assembled]
 
     return finish
+
+
+def _parts(copies: list[tuple], threads: int) -> list[tuple]:
+  """`copies` (dst, dst rows, src, src rows) each cut into `threads` shares of their rows."""
+  return [(dst, d, src, s) for dst, dst_rows, src, src_rows in copies
+          for d, s in zip(np.array_split(dst_rows, threads), np.array_split(src_rows, threads)) if len(d)]
+
+
+def _copy(dst: np.ndarray, dst_rows: np.ndarray, src: np.ndarray, src_rows: np.ndarray) -> None:
+  """dst[dst_rows] = src[src_rows], cut into runs of consecutive destination rows (a whole share where the batch
+  comes from one tier), each run one np.take into its place: that lets go of the GIL for the whole run and reads and
+  writes each row once ('clip': with 'raise', numpy would gather into a temporary first). A loop row by row took the
+  GIL back for every row (196 KB at 256×256), and waited for it while the feed's and the training loop's threads held
+  it."""
+  runs = np.flatnonzero(np.diff(dst_rows) != 1) + 1
+  for d, s in zip(np.split(dst_rows, runs), np.split(src_rows, runs)):
+    np.take(src, s, axis=0, out=dst[d[0]:d[0] + len(d)], mode="clip")
 
 
 def _chunk_major(n: int, per_block: int, chunks: int) -> np.ndarray:
