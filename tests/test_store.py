@@ -410,7 +410,7 @@ def test_train_script_decodes_on_the_devices_from_a_worker_process(folder, tmp_p
 
 def test_your_own_images_in_three_commands_as_printed(folder, tmp_path):
   # prepare_data.py's last lines are the commands that train on the store and classify with the run: run as printed,
-  # the training a tenth as long (its 600 steps alone were this suite's longest test).
+  # the training a tenth as long (its 600 steps would be this suite's longest test).
   store_dir = tmp_path / f"store_{os.getpid()}"
   prepared = subprocess.run([sys.executable, "scripts/prepare_data.py", "--name=folder", f"--data_dir={folder}",
                              f"--store={store_dir}", "--size=72", "--workers=1"], cwd=ROOT, capture_output=True,

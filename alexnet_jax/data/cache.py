@@ -198,10 +198,10 @@ class HostCachedPut(HostPut):
     each batch in turn), held chunk-major in `chunks` parts (_chunk_major), the decoded ones from the batches and the
     cached ones from this cache; `draws` and the batches' labels, this cache's filled in, placed on the mesh in the
     same order while the rows are copied. Where a step writes, the decoded rows with slots here go into the cache
-    behind the feed, by threads of their own (_write): in the first epoch they are as many bytes again as the batch's
-    own, and the feed's copies bound it (docs/data.md). A batch that reads the cache waits for them first: it may
-    read an image that an earlier row of it, or an earlier batch, decoded; a later one rewrites an image only with
-    its same pixels."""
+    behind the feed, by threads of their own (_write): in the first epoch they are up to as many bytes again as the
+    batch's own, and the feed's copies bound it (docs/data.md). A batch that reads the cache waits for them first: it
+    may read an image that an earlier row of it, or an earlier batch, decoded; a later one rewrites an image only
+    with its same pixels."""
     per_block = self.rule.batch_size // self.rule.blocks
     n, group = len(batches[0]["label"]), len(batches)
     total = n // per_block * group * width
