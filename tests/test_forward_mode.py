@@ -134,24 +134,35 @@ def test_jvp_inside_shard_map_with_check_vma():
   close(got, want)
 
 
-def kernels_bound(jaxpr):
-  """How many times the program binds each conv kernel."""
-  counts = collections.Counter()
+def equations(jaxpr):
+  """The program's equations, those of its inner programs (jit, shard_map, …) included."""
   for eqn in jaxpr.eqns:
-    if eqn.primitive.name.startswith("chwn_conv"):
-      counts[eqn.primitive.name.removeprefix("chwn_conv_")] += 1
+    yield eqn
     for sub in jaxprs_in_params(eqn.params):
-      counts.update(kernels_bound(sub))
-  return dict(counts)
+      yield from equations(sub)
+
+
+def kernels_bound(jaxpr):
+  """How many times the program binds each conv kernel; the filter gradient's with the bias gradient as wgrad+bias."""
+  return dict(collections.Counter(
+      eqn.primitive.name.removeprefix("chwn_conv_") + ("+bias" if eqn.params.get("bias") else "")
+      for eqn in equations(jaxpr) if eqn.primitive.name.startswith("chwn_conv")))
 
 
 def test_reverse_mode_runs_one_kernel_of_each_kind():
   # The JVP's tangent convolutions are transposed into the data and filter gradients, never run; an input that is
   # not differentiated (the first layer's images) takes no data gradient.
+  # The bias gradient comes out of the filter gradient's kernel, from the cotangent it reads anyway: no reduction
+  # of the cotangent over H·W·N of its own.
   args = tiny_net_args()
   loss = tiny_net("interpret")
-  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, (0, 1, 2, 3)))(*args).jaxpr) == dict(fwd=1, dgrad=1, wgrad=1)
-  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, (1, 2, 3)))(*args).jaxpr) == dict(fwd=1, wgrad=1)
+  grad = jax.make_jaxpr(jax.grad(loss, (0, 1, 2, 3)))(*args).jaxpr
+  assert kernels_bound(grad) == {"fwd": 1, "dgrad": 1, "wgrad+bias": 1}
+  assert not [e for e in equations(grad) if e.primitive.name == "reduce_sum" and e.invars[0].aval.ndim == 4]
+  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, (1, 2, 3)))(*args).jaxpr) == {"fwd": 1, "wgrad+bias": 1}
+  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, (1, 3)))(*args).jaxpr) == dict(fwd=1, wgrad=1)
+  # the bias alone: its gradient summed by XLA, no filter gradient
+  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, 2))(*args).jaxpr) == dict(fwd=1)
   # Forward mode: the fused forward kernel once, and one linear convolution per nonzero tangent
   jvp = jax.make_jaxpr(lambda a, t: jax.jvp(loss, a, t))(args, like(*args)).jaxpr
   assert kernels_bound(jvp) == dict(fwd=3)
@@ -306,7 +317,7 @@ def test_max_pool_reverse_mode_runs_its_two_kernels():
   loss, args = pooled_net("interpret")
   grad = jax.make_jaxpr(jax.grad(loss, (0, 1, 2, 3)))(*args).jaxpr
   assert pool_counts(grad, "max_pool") == dict(fwd=1, bwd=1)
-  assert kernels_bound(grad) == dict(fwd=1, dgrad=1, wgrad=1)
+  assert kernels_bound(grad) == {"fwd": 1, "dgrad": 1, "wgrad+bias": 1}
   jvp = jax.make_jaxpr(lambda a, t: jax.jvp(loss, a, t))(args, like(*args)).jaxpr
   assert pool_counts(jvp, "max_pool") == dict(fwd=1, gather=1)
   from alexnet_jax.ops.pool import POOL_BWD, POOL_FWD  # noqa: PLC0415

@@ -32,6 +32,7 @@ PROGRAM = textwrap.dedent("""
       conv_fwd=compiled(CONV_FWD, x, w, b, relu=False, has_bias=True, **conv2),
       conv_dgrad=compiled(CONV_DGRAD, dy, w, x_shape=x.shape, **conv2),
       conv_wgrad=compiled(CONV_WGRAD, x, dy, w_shape=w.shape, **conv2),
+      conv_wgrad_bias=compiled(CONV_WGRAD, x, dy, w_shape=w.shape, bias=True, **conv2),
       lrn_fwd=compiled(LRN_FWD, c1, **lrn1),
       lrn_bwd=compiled(LRN_BWD, c1, c1, **lrn1),
       lrn_pool_fwd=compiled(LRN_POOL_FWD, c1, size=3, stride=2, **lrn1),
@@ -61,7 +62,8 @@ def test_no_kernel_spills_to_local_memory(codes):
 
 
 def test_the_convolutions_run_on_hopper_s_tensor_cores_from_async_16_byte_copies(codes):
-  for kernel in ("conv_fwd", "conv_dgrad", "conv_wgrad"):
+  # the filter gradient's with the bias summed too: both of its loops (the first row tile's, the others')
+  for kernel in ("conv_fwd", "conv_dgrad", "conv_wgrad", "conv_wgrad_bias"):
     code = codes[kernel]
     assert code["mma"] > 0 and any(o.startswith("LDGSTS") for o in code["memory"]), (kernel, code)
     assert code["loads"] == 128, (kernel, code["memory"])

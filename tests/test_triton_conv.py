@@ -113,15 +113,19 @@ def run_dgrad(dy, x_shape, w, stride, padding, groups):
   return dx
 
 
-def run_wgrad(x, dy, w_shape, stride, padding, groups, split=None):
-  """dw: the caller's sum of the partials."""
-  launch = conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, str(x.dtype), split=split)
+def run_wgrad(x, dy, w_shape, stride, padding, groups, split=None, bias=False):
+  """dw, and with `bias` (dw, db): the caller's sums of the partials. Without it the bias output stays unwritten."""
+  launch = conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, str(x.dtype), split=split, bias=bias)
   dw, buf = poisoned((launch.constexprs["SPLIT"], *w_shape), np.float32)
+  db, db_buf = poisoned((launch.constexprs["SPLIT"], w_shape[3]), np.float32)
   assert launch.grid[1] == launch.constexprs["SPLIT"]
   with np.errstate(invalid="ignore"):
-    run(launch, x, dy, dw)
+    run(launch, x, dy, dw, db)
   untouched(buf)
-  return dw.sum(0)
+  untouched(db_buf)
+  if not bias:
+    assert np.isnan(db).all(), "the bias partials were written without bias"
+  return (dw.sum(0), db.sum(0)) if bias else dw.sum(0)
 
 
 def assert_close(got, want, dtype):
@@ -155,6 +159,17 @@ def test_bias_relu_epilogue():
   relu = run_fwd(x, w, np.full_like(b, np.nan), stride, padding, groups, relu=True, has_bias=False)
   assert_close(relu, np.maximum(conv_only, 0), "float32")  # without bias the bias pointer is never read
   assert (relu == 0).mean() > 0.3
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[5], SHAPES[6]],
+                         ids=["conv1-like", "grouped", "two-filter-tiles", "steps-within-one-kh-kw"])
+def test_wgrad_sums_the_bias_gradient_from_the_same_pass(shape):
+  *_, stride, padding, groups = shape
+  x, w, dy, _ = operands(shape, "float32", seed=4)
+  dw, db = run_wgrad(x, dy, w.shape, stride, padding, groups, split=3, bias=True)
+  dy64 = dy.astype(np.float64)
+  assert_close(dw, wgrad_numpy(dy64, x.astype(np.float64), w.astype(np.float64), stride, padding, groups), "float32")
+  assert_close(db, dy64.sum(axis=(1, 2, 3)), "float32")
 
 
 @pytest.mark.parametrize("split", [2, 3, 100])
@@ -287,10 +302,12 @@ def test_other_tiles_compute_the_same_convolution(kernel, shape, split):
     run(launch, dy, w, got)
     want = dgrad_numpy(dy64, x64, w64, stride, padding, groups)
   else:
-    launch = conv.conv_wgrad_launch(*args, "float16", tiles=tiles)
+    launch = conv.conv_wgrad_launch(*args, "float16", tiles=tiles, bias=True)
     assert launch.constexprs["SPLIT"] == split
     partials = np.empty((launch.constexprs["SPLIT"], *w.shape), np.float32)
-    run(launch, x, dy, partials)
+    bias_partials = np.empty((launch.constexprs["SPLIT"], w.shape[3]), np.float32)
+    run(launch, x, dy, partials, bias_partials)
+    assert_close(bias_partials.sum(0), dy64.sum(axis=(1, 2, 3)), "float16")
     got, want = partials.sum(0), wgrad_numpy(dy64, x64, w64, stride, padding, groups)
   assert launch.num_warps == tiles.num_warps and launch.num_stages == 2
   assert_close(got, want, "float16")

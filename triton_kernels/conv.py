@@ -6,6 +6,7 @@ Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-conti
   bias b                          (F,) float32
   output y, output gradient dy    (F, OH, OW, N)           OH = (H + 2·PAD - KH) // STRIDE + 1, likewise OW
   filter-gradient partials dw     (SPLIT, C/G, KH, KW, F)  float32; the caller sums axis 0
+  bias-gradient partials db       (SPLIT, F)               float32, if asked for; likewise
 Groups G split C and F into equal consecutive blocks (the paper's two towers on one device); the last grid axis is
 the group. Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so a
 tile's columns are consecutive images at one pixel and load coalesced (cuda-convnet's point); the strided operand is
@@ -149,20 +150,45 @@ def conv_dgrad_kernel(dy_ptr, w_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H
 
 
 @triton.jit
-def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
-                      F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
-                      GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT: tl.constexpr, SPLIT_STEPS: tl.constexpr):
-  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n].
-
-  Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
-  tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
-  """
+def _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
+                GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr,
+                BLOCK_P: tl.constexpr, SPLIT_STEPS: tl.constexpr, SUM: tl.constexpr):
+  """One program's [BLOCK_R, BLOCK_F] tile of dw over split s's columns; with SUM, also dy summed over them."""
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
   OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
   OW: tl.constexpr = (W + 2 * PAD - KW) // STRIDE + 1
   P: tl.constexpr = OH * OW * N
+  R: tl.constexpr = CG * KH * KW
+  acc = tl.zeros((BLOCK_R, BLOCK_F), tl.float32)
+  sums = tl.zeros((BLOCK_F,), tl.float32)
+  for i in range(SPLIT_STEPS):
+    p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
+    x_tile = _image_tile(x_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P)
+    dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
+                      other=0.0)
+    acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
+    if SUM:
+      sums += tl.sum(dy_tile.to(tl.float32), axis=0)
+  return acc, sums
+
+
+@triton.jit
+def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+                      W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
+                      PAD: tl.constexpr, GROUPS: tl.constexpr, BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT: tl.constexpr,
+                      SPLIT_STEPS: tl.constexpr):
+  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n];
+  with BIAS, also the bias gradient's partials db[s, f] = Σ over them of dy[f, oh, ow, n] (db_ptr unwritten without).
+
+  Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
+  tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
+  The bias sums come from the dy tiles that the first row tile's programs load anyway, which saves a pass over dy.
+  """
+  CG: tl.constexpr = C // GROUPS
+  FG: tl.constexpr = F // GROUPS
   R: tl.constexpr = CG * KH * KW
   F_TILES: tl.constexpr = (FG + BLOCK_F - 1) // BLOCK_F
   pid = tl.program_id(0)
@@ -170,13 +196,17 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, N: tl.constexpr, C: tl.constexpr, H
   g = tl.program_id(2)
   f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
   r = pid // F_TILES * BLOCK_R + tl.arange(0, BLOCK_R)
-  acc = tl.zeros((BLOCK_R, BLOCK_F), tl.float32)
-  for i in range(SPLIT_STEPS):
-    p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
-    x_tile = _image_tile(x_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P)
-    dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
-                      other=0.0)
-    acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
+  if BIAS:
+    if pid < F_TILES:  # a loop of its own: the other programs' pipelined loop stays free of the sums
+      acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
+                              BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, True)
+      tl.store(db_ptr + s * F + g * FG + f, sums, mask=f < FG)
+    else:
+      acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
+                              BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
+  else:
+    acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
+                            BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
   tl.store(dw_ptr + s * (R * F) + r[:, None] * F + (g * FG + f)[None, :], acc,
            mask=(r < R)[:, None] & (f < FG)[None, :])
 
@@ -279,8 +309,9 @@ def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
 
 
 def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
-                      split=None, tiles: Tiles | None = None) -> Launch:
-  """conv_wgrad_kernel(x, dy, dw): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"].
+                      split=None, tiles: Tiles | None = None, bias=False) -> Launch:
+  """conv_wgrad_kernel(x, dy, dw, db): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"]; with
+  `bias`, db is float32 (SPLIT, F), else any float32 array, unwritten.
 
   split, if given, asks for that many partial sums (fewer come back when the columns run out).
   """
@@ -292,4 +323,5 @@ def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   split_steps = triton.cdiv(steps, max(1, min(want, steps)))
   n_split = triton.cdiv(steps, split_steps)  # recount so that no program is left without columns
   grid = (triton.cdiv(cg * kh * kw, t.rows) * triton.cdiv(f // groups, t.cols), n_split, groups)
-  return _launch("wgrad", grid, shape, t, INPUT_PRECISION=input_precision, SPLIT=n_split, SPLIT_STEPS=split_steps)
+  return _launch("wgrad", grid, shape, t, BIAS=bool(bias), INPUT_PRECISION=input_precision, SPLIT=n_split,
+                 SPLIT_STEPS=split_steps)

@@ -2,9 +2,11 @@
 gradient (weight_acts), each a Triton kernel wrapped as a JAX primitive, with the XLA reference beside them.
 
 As lax's convolution, each kernel is linear in each of its two operands, and each one's transpose is another of the
-three: JAX differentiates them in either mode, to any order. The forward kernel's fused bias and ReLU are left out of
-that: its JVP runs it whole for the output, and the tangent is linear convolutions of the tangents (plus the bias's)
-through the ReLU's mask; reverse mode transposes those into the data and filter gradients without running them.
+three: JAX differentiates them in either mode, to any order. The forward kernel's fused ReLU is left out of that: its
+JVP runs it whole for the output, and the tangent is linear convolutions of the tangents through the ReLU's mask;
+reverse mode transposes those into the data and filter gradients without running them. The filters' and the bias's
+tangents go through one forward kernel, linear in both, whose transpose is the filter gradient's kernel summing the
+bias gradient from the cotangent it reads anyway.
 
 Layouts: images x (C, H, W, N); filters w (C/groups, KH, KW, F) — cuda-convnet's (colors, filter pixels, filters)
 order, filters last so that one loaded patch serves many filters; bias b (F,); output (F, H', W', N).
@@ -61,9 +63,9 @@ def _dgrad_launch(dy, w, *, x_shape, stride, padding, groups, precision, tiles=N
                                                  tiles=tiles)
 
 
-def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision, tiles=None):
+def _wgrad_launch(x, dy, *, w_shape, stride, padding, groups, precision, bias=False, tiles=None):
   return triton_kernels().conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, x.dtype.name, precision,
-                                                 tiles=tiles)
+                                                 tiles=tiles, bias=bias)
 
 
 # What XLA computes in a kernel's place where the measured table has it faster (ops/conv_choice.py): the reference
@@ -77,10 +79,15 @@ def _dgrad_xla(dy, w, *, x_shape, stride, padding, groups, **_):
   return list(jax.linear_transpose(conv, jax.ShapeDtypeStruct(x_shape, dy.dtype))(dy))
 
 
-def _wgrad_xla(x, dy, *, w_shape, stride, padding, groups, **_):
+def _wgrad_xla(x, dy, *, w_shape, stride, padding, groups, bias=False, **_):
   conv = functools.partial(conv2d_reference, x, stride=stride, padding=padding, groups=groups)
   (dw,) = jax.linear_transpose(conv, jax.ShapeDtypeStruct(w_shape, x.dtype))(dy)
-  return [dw.astype(jnp.float32)]
+  return [dw.astype(jnp.float32), *_bias_gradient(dy, bias)]
+
+
+def _bias_gradient(dy, bias):
+  """[dy summed over H·W·N in float32] with `bias`, else []."""
+  return [dy.astype(jnp.float32).sum(axis=(1, 2, 3))] if bias else []
 
 
 def _faster(kernel, image_shape, filter_shape):
@@ -101,13 +108,18 @@ CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
     launch=_dgrad_launch, batch_last=(0,), reads=lambda dy, w, **p: (dy.dtype, dy.dtype),
     outputs=lambda dy, w, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)],
     xla=_dgrad_xla, xla_faster=_faster("dgrad", lambda a, p: p["x_shape"], lambda a, p: a[1].shape)))
+# The filter gradient, and with `bias` the bias gradient from the same pass over dy (the kernel's first row tile sums
+# the dy tiles it loads anyway): one output or two.
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
     launch=_wgrad_launch, reads=lambda x, dy, **p: (x.dtype, x.dtype),
-    outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)],
-    # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic.
-    kernel_outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(
-        (_wgrad_launch(x, dy, **p).constexprs["SPLIT"], *p["w_shape"]), jnp.float32)],
-    finish=lambda partials, **p: [partials.sum(axis=0)],
+    outputs=lambda x, dy, **p: [jax.ShapeDtypeStruct(p["w_shape"], jnp.float32)] + (
+        [jax.ShapeDtypeStruct(dy.shape[:1], jnp.float32)] if p.get("bias") else []),
+    # The kernel writes float32 partial sums over slices of the reduction: adding them is deterministic. Without
+    # bias its bias output is one unwritten element, dropped.
+    kernel_outputs=lambda x, dy, **p: [
+        jax.ShapeDtypeStruct((split := _wgrad_launch(x, dy, **p).constexprs["SPLIT"], *p["w_shape"]), jnp.float32),
+        jax.ShapeDtypeStruct((split, dy.shape[0]) if p.get("bias") else (1,), jnp.float32)],
+    finish=lambda dw, db, **p: [dw.sum(axis=0)] + ([db.sum(axis=0)] if p.get("bias") else []),
     xla=_wgrad_xla, xla_faster=_faster("wgrad", lambda a, p: a[0].shape, lambda a, p: p["w_shape"])))
 
 
@@ -128,10 +140,15 @@ def _fwd_jvp(primals, tangents, *, relu, has_bias, **params):
   (y,) = CONV_FWD(x, w, b, relu=relu, has_bias=has_bias, **params)
   geometry = _geometry(params)
   terms = [_conv(dx, w, **geometry)] if type(dx) is not ad.Zero else []
-  terms += [_conv(x, dw, **geometry)] if type(dw) is not ad.Zero else []
-  if has_bias and type(db) is not ad.Zero:
-    # Broadcast, then narrowed: transposed, the cotangent is widened before it is summed over H·W·N.
-    terms.append(lax.broadcast_in_dim(db, y.shape, (0,)).astype(y.dtype))
+  if has_bias and type(db) is not ad.Zero and type(dw) is not ad.Zero:
+    # The filters' and the bias's tangents in one kernel, linear in both: transposed, one weight_acts pass over the
+    # cotangent gives both gradients.
+    terms.append(CONV_FWD(x, dw, db, relu=False, has_bias=True, **geometry)[0])
+  else:
+    terms += [_conv(x, dw, **geometry)] if type(dw) is not ad.Zero else []
+    if has_bias and type(db) is not ad.Zero:
+      # Broadcast, then narrowed: transposed, the cotangent is widened before it is summed over H·W·N.
+      terms.append(lax.broadcast_in_dim(db, y.shape, (0,)).astype(y.dtype))
   if not terms:
     return [y], [zero_tangent(y)]
   dy = sum(terms[1:], terms[0])
@@ -140,30 +157,71 @@ def _fwd_jvp(primals, tangents, *, relu, has_bias, **params):
   return [y], [dy]
 
 
-def _linear_only(relu, has_bias):
-  if relu or has_bias:
-    raise ValueError("chwn_conv_fwd is linear in images and filters only without its bias and ReLU")
+def _fwd_transpose(cts, x, w, b, *, relu, has_bias, **params):
+  """Without its ReLU the forward kernel is linear in the images (without the bias), or in the filters and the bias
+  together: img_acts, or weight_acts with the bias gradient."""
+  unknown = tuple(map(ad.is_undefined_primal, (x, w, b)))
+  if relu or unknown not in ((True, False, False), (False, True, False), (False, True, True)) or (
+      unknown[0] and has_bias):
+    raise ValueError(f"chwn_conv_fwd: transposed with respect to operands {list(unknown)}; without its ReLU it is "
+                     "linear in the images (without the bias), or in the filters and the bias together")
+  (ct,) = cts
+  if type(ct) is ad.Zero:
+    return [None] * 3
+  geometry = _geometry(params)
+  if unknown[0]:
+    return [CONV_DGRAD(ct, w, x_shape=x.aval.shape, **geometry)[0].astype(x.aval.dtype), None, None]
+  with_bias = has_bias and unknown[2]
+  grads = CONV_WGRAD(x, ct, w_shape=w.aval.shape, bias=with_bias, **geometry)
+  return [None, grads[0].astype(w.aval.dtype), grads[1].astype(b.aval.dtype) if with_bias else None]
 
 
-def _fwd_transpose_x(ct, x, w, b, *, relu, has_bias, **params):
-  _linear_only(relu, has_bias)
-  return CONV_DGRAD(ct, w, x_shape=x.aval.shape, **_geometry(params))[0]
+def _wgrad_jvp(primals, tangents, *, bias=False, **params):
+  """Bilinear in x and dy, but the bias gradient reads dy alone: x's tangent term runs without it."""
+  (x, dy), (dx, ddy) = primals, tangents
+  outs = CONV_WGRAD(x, dy, bias=bias, **params)
+  dw_terms, db = [], None
+  if type(ddy) is not ad.Zero:
+    dw_dy, *db_dy = CONV_WGRAD(x, ddy, bias=bias, **params)
+    dw_terms.append(dw_dy)
+    db = db_dy[0] if bias else None
+  if type(dx) is not ad.Zero:
+    dw_terms.append(CONV_WGRAD(dx, dy, bias=False, **params)[0])
+  dw = sum(dw_terms[1:], dw_terms[0]) if dw_terms else zero_tangent(outs[0])
+  return outs, [dw] + ([zero_tangent(outs[1]) if db is None else db] if bias else [])
 
 
-def _fwd_transpose_w(ct, x, w, b, *, relu, has_bias, **params):
-  _linear_only(relu, has_bias)
-  return CONV_WGRAD(x, ct, w_shape=w.aval.shape, **_geometry(params))[0]
+def _wgrad_transpose(cts, x, dy, *, w_shape, bias=False, **params):
+  """dw's cotangent: img_acts for x; for dy, the forward kernel on it, plus the bias gradient's cotangent as its
+  bias."""
+  unknown = (ad.is_undefined_primal(x), ad.is_undefined_primal(dy))
+  if unknown not in ((True, False), (False, True)):
+    raise ValueError(f"chwn_conv_wgrad: transposed with respect to operands {list(unknown)}; it is linear in operand "
+                     "0 or 1 alone")
+  ct_dw, ct_db = cts[0], cts[1] if bias and type(cts[1]) is not ad.Zero else None
+  geometry = _geometry(params)
+  if unknown[0]:
+    if type(ct_dw) is ad.Zero:
+      return [None, None]
+    return [CONV_DGRAD(dy, ct_dw, x_shape=x.aval.shape, **geometry)[0].astype(x.aval.dtype), None]
+  if type(ct_dw) is ad.Zero and ct_db is None:
+    return [None, None]
+  ct_dw = jnp.zeros(w_shape, jnp.float32) if type(ct_dw) is ad.Zero else ct_dw
+  if ct_db is None:
+    ct_dy = _conv(x, ct_dw, **geometry)
+  else:
+    ct_dy = CONV_FWD(x, ct_dw, ct_db, relu=False, has_bias=True, **geometry)[0]
+  return [None, ct_dy.astype(dy.aval.dtype)]
 
 
-CONV_FWD.def_bilinear((_fwd_transpose_x, _fwd_transpose_w), jvp=_fwd_jvp)
+ad.primitive_jvps[CONV_FWD.prim] = _fwd_jvp
+ad.primitive_transposes[CONV_FWD.prim] = _fwd_transpose
 # dx = img_acts(dy, w) and dw = weight_acts(x, dy) are the transposes of y = conv(x, w); theirs are the others.
 CONV_DGRAD.def_bilinear((
     lambda ct, dy, w, **p: _conv(ct, w, **_geometry(p)),
     lambda ct, dy, w, **p: CONV_WGRAD(ct, dy, w_shape=w.aval.shape, **_geometry(p))[0]))
-CONV_WGRAD.def_bilinear((
-    lambda ct, x, dy, **p: CONV_DGRAD(dy, ct, x_shape=x.aval.shape, **_geometry(p))[0],
-    lambda ct, x, dy, **p: _conv(x, ct, **_geometry(p))))
-
+ad.primitive_jvps[CONV_WGRAD.prim] = _wgrad_jvp
+ad.primitive_transposes[CONV_WGRAD.prim] = _wgrad_transpose
 
 def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, backend="auto"):
   """Convolution with fused bias and optional ReLU; see the module docstring for layouts."""

@@ -46,7 +46,7 @@ def calls(table, image_size: int, batch: int, dtype):
     yield c.name, conv.CONV_FWD, (x, w, s(c.w[-1:], jnp.float32)), dict(relu=True, has_bias=True, **geometry)
     if c.name != first:
       yield c.name, conv.CONV_DGRAD, (dy, w), dict(x_shape=c.x, **geometry)
-    yield c.name, conv.CONV_WGRAD, (x, dy), dict(w_shape=c.w, **geometry)
+    yield c.name, conv.CONV_WGRAD, (x, dy), dict(w_shape=c.w, bias=True, **geometry)
   pools = pool_after(table)
   after_lrn = {pools[a.name].name for a in table.layers if a.kind == "lrn" and a.name in pools}
   for layer, shape, groups in grouped_maps(table, image_size, batch).values():

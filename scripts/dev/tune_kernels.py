@@ -256,7 +256,7 @@ def _worker(jobs, results, lock, compiled_all, dtype, mode, calls, rounds):
     elif kernel == "dgrad":
       fn = lambda x, w, b, dy: ops_conv.CONV_DGRAD(dy, w, x_shape=s.x, **geometry)[0]  # noqa: E731
     else:
-      fn = lambda x, w, b, dy: ops_conv.CONV_WGRAD(x, dy, w_shape=s.w, **geometry)[0]  # noqa: E731
+      fn = lambda x, w, b, dy: ops_conv.CONV_WGRAD(x, dy, w_shape=s.w, bias=True, **geometry)[0]  # noqa: E731
     return jax.jit(fn), operands, s.flops
 
   def function(kernel, s, tiles):
