@@ -36,6 +36,8 @@ CONVS = {
     "bias_relu_groups2_pad2": (dict(padding=2, groups=2, relu=True), True),
     "bias_groups2_stride2_pad1": (dict(stride=2, padding=1, groups=2), True),
     "relu_groups2_stride2": (dict(stride=2, padding=1, groups=2, relu=True), False),
+    # a ReLU's output (x ≥ 0, zeros where its input was negative) with that ReLU's mask left to the conv
+    "relu_in_bias_groups2_pad1": (dict(padding=1, groups=2, relu_in=True), True),
 }
 
 
@@ -44,6 +46,7 @@ def conv_case(name, backend):
   kw, bias = CONVS[name]
   rng = np.random.default_rng(0)  # the same numbers whichever tests run
   x, w = rand(rng, 4, 7, 7, 3), rand(rng, 4 // kw.get("groups", 1), 3, 3, 6, scale=0.3)
+  x = jnp.maximum(x, 0) if kw.get("relu_in") else x
   if bias:
     return (lambda x, w, b: ops.conv2d(x, w, b, backend=backend, **kw)), (x, w, rand(rng, 6))
   return (lambda x, w: ops.conv2d(x, w, backend=backend, **kw)), (x, w)
@@ -143,10 +146,17 @@ def equations(jaxpr):
 
 
 def kernels_bound(jaxpr):
-  """How many times the program binds each conv kernel; the filter gradient's with the bias gradient as wgrad+bias."""
-  return dict(collections.Counter(
-      eqn.primitive.name.removeprefix("chwn_conv_") + ("+bias" if eqn.params.get("bias") else "")
-      for eqn in equations(jaxpr) if eqn.primitive.name.startswith("chwn_conv")))
+  """How many times the program binds each conv kernel: the filter gradient's with the bias gradient as wgrad+bias,
+  a forward kernel that leaves its ReLU's mask to the next as +relu_left, one reading a ReLU's output whose mask it
+  applies as +relu_in, one taking a mask source (the data gradient's masks dx) as +mask."""
+  def name(eqn):
+    kind, images = eqn.primitive.name.removeprefix("chwn_conv_"), eqn.params.get("images", "plain")
+    masked = images == "masked" or (kind == "dgrad" and len(eqn.invars) == 3)
+    return kind + ("+bias" if eqn.params.get("bias") else "") + (
+        "+relu_left" if eqn.params.get("relu_left") else "") + ("+relu_in" if images == "clamped" else "") + (
+        "+mask" if masked else "")
+
+  return dict(collections.Counter(name(e) for e in equations(jaxpr) if e.primitive.name.startswith("chwn_conv")))
 
 
 def test_reverse_mode_runs_one_kernel_of_each_kind():
@@ -166,6 +176,36 @@ def test_reverse_mode_runs_one_kernel_of_each_kind():
   # Forward mode: the fused forward kernel once, and one linear convolution per nonzero tangent
   jvp = jax.make_jaxpr(lambda a, t: jax.jvp(loss, a, t))(args, like(*args)).jaxpr
   assert kernels_bound(jvp) == dict(fwd=3)
+
+
+def two_convs(backend, deferred):
+  """conv → ReLU → conv → squared loss; `deferred`: the first conv leaves its ReLU's mask to the second, as a
+  network's conv before another does."""
+  def loss(x, w1, b1, w2, b2):
+    y = ops.conv2d(x, w1, b1, padding=1, groups=2, relu="left" if deferred else True, backend=backend)
+    return (ops.conv2d(y, w2, b2, stride=2, padding=1, relu_in=deferred, backend=backend) ** 2).sum()
+
+  rng = np.random.default_rng(7)
+  return loss, (rand(rng, 4, 7, 7, 3), rand(rng, 2, 3, 3, 6, scale=0.3), rand(rng, 6), rand(rng, 6, 3, 3, 5, scale=0.3),
+                rand(rng, 5))
+
+
+def test_a_relu_left_to_the_next_conv_is_the_same_function_and_masks_in_the_kernels():
+  # The first conv clamps its output, the second applies the ReLU's mask: the same loss, gradient and
+  # Hessian-vector product as the ReLU between the convs in XLA; in reverse mode the data gradient's kernel masks
+  # dx, and no select of a cotangent is left to XLA (the ReLU fused whole into the first conv leaves one: the test
+  # can tell).
+  loss, args = two_convs("interpret", deferred=True)
+  grad = jax.value_and_grad(loss, range(5))
+  hvp = lambda f, a, t: jax.jvp(jax.grad(f, range(5)), a, t)  # noqa: E731
+  with jax.default_matmul_precision("highest"):
+    close(jax.jit(grad)(*args), jax.value_and_grad(two_convs("xla", deferred=False)[0], range(5))(*args))
+    close(jax.jit(functools.partial(hvp, loss))(args, like(*args)), hvp(two_convs("xla", False)[0], args, like(*args)))
+  selects = lambda f: [e for e in equations(jax.make_jaxpr(jax.grad(f, range(5)))(*args).jaxpr)  # noqa: E731
+                       if e.primitive.name == "select_n" and e.invars[-1].aval.ndim == 4]
+  assert selects(loss) == [] and len(selects(two_convs("interpret", deferred=False)[0])) == 1
+  assert kernels_bound(jax.make_jaxpr(jax.grad(loss, range(5)))(*args).jaxpr) == {
+      "fwd+relu_left": 1, "fwd+relu_in": 1, "dgrad": 1, "dgrad+mask": 1, "wgrad+bias": 1, "wgrad+bias+relu_in": 1}
 
 
 def test_bfloat16_conv_keeps_a_float32_filter_gradient():

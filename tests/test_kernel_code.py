@@ -33,6 +33,11 @@ PROGRAM = textwrap.dedent("""
       conv_dgrad=compiled(CONV_DGRAD, dy, w, x_shape=x.shape, **conv2),
       conv_wgrad=compiled(CONV_WGRAD, x, dy, w_shape=w.shape, **conv2),
       conv_wgrad_bias=compiled(CONV_WGRAD, x, dy, w_shape=w.shape, bias=True, **conv2),
+      # a conv after a conv: the data gradient masked as it is written; the tangents' convolutions, of forward mode,
+      # reading the images masked
+      conv_dgrad_mask=compiled(CONV_DGRAD, dy, w, x, x_shape=x.shape, **conv2),
+      conv_fwd_mask=compiled(CONV_FWD, x, w, b, x, relu=False, has_bias=False, images="masked", **conv2),
+      conv_wgrad_mask=compiled(CONV_WGRAD, x, dy, x, w_shape=w.shape, images="masked", **conv2),
       lrn_fwd=compiled(LRN_FWD, c1, **lrn1),
       lrn_bwd=compiled(LRN_BWD, c1, c1, **lrn1),
       lrn_pool_fwd=compiled(LRN_POOL_FWD, c1, size=3, stride=2, **lrn1),
@@ -62,8 +67,10 @@ def test_no_kernel_spills_to_local_memory(codes):
 
 
 def test_the_convolutions_run_on_hopper_s_tensor_cores_from_async_16_byte_copies(codes):
-  # the filter gradient's with the bias summed too: both of its loops (the first row tile's, the others')
-  for kernel in ("conv_fwd", "conv_dgrad", "conv_wgrad", "conv_wgrad_bias"):
+  # the filter gradient's with the bias summed too (both of its loops: the first row tile's, the others'), and the
+  # three with a mask source
+  for kernel in ("conv_fwd", "conv_dgrad", "conv_wgrad", "conv_wgrad_bias", "conv_dgrad_mask", "conv_fwd_mask",
+                 "conv_wgrad_mask"):
     code = codes[kernel]
     assert code["mma"] > 0 and any(o.startswith("LDGSTS") for o in code["memory"]), (kernel, code)
     assert code["loads"] == 128, (kernel, code["memory"])

@@ -129,22 +129,26 @@ def test_lrn_constants_come_from_the_layer():
   assert float(jnp.abs(logits[0] - logits[1]).max()) > 1e-3 * float(jnp.abs(logits[0]).max())
 
 
-def test_conv_before_an_lrn_or_pool_leaves_its_relu_to_that_layers_kernels():
-  # conv1 and conv2 feed LRNs, conv5 a pool: their kernels write the conv without ReLU, the LRN and pool kernels
-  # apply it (forward) and mask the gradient as they write it (backward); conv3 and conv4 keep theirs. Each LRN and
-  # the pool after it are one op. What the layers output is unchanged.
+def test_conv_before_an_lrn_a_pool_or_a_conv_leaves_its_relu_s_mask_to_that_layers_kernels():
+  # conv1 and conv2 feed LRNs, conv3 and conv4 convs, conv5 a pool: their kernels write the conv clamped at 0, with
+  # the ReLU's mask left out of their gradient, and the LRN, pool and conv kernels after them mask it as they write
+  # their own gradient (LRN and pool apply the ReLU again as they read: free there). Each LRN and the pool after it
+  # are one op. What the layers output is unchanged.
   net = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="interpret")
   x = 30.0 * jax.random.normal(jax.random.key(0), (3, 67, 67, 2))
   params = jax.jit(net.init)(jax.random.key(1), x)
   jaxpr = jax.make_jaxpr(lambda p: net.apply(p, x))(params)
-  calls = [(e.primitive.name, e.params["relu"]) for e in equations(jaxpr.jaxpr)
+  calls = [(e.primitive.name, e.params["relu"], e.params.get("relu_left", False), e.params.get("images"))
+           for e in equations(jaxpr.jaxpr)
            if e.primitive.name in ("chwn_conv_fwd", "chwn_lrn_fwd", "chwn_max_pool_fwd", "chwn_lrn_max_pool_fwd")]
-  norm = [("chwn_conv_fwd", False), ("chwn_lrn_max_pool_fwd", True)]
-  want = norm * 2 + [("chwn_conv_fwd", True)] * 2 + [("chwn_conv_fwd", False), ("chwn_max_pool_fwd", True)]
+  conv, left = "chwn_conv_fwd", ("chwn_conv_fwd", True, True, "plain")
+  norm = [left, ("chwn_lrn_max_pool_fwd", True, False, None)]
+  want = norm * 2 + [left, (conv, True, True, "clamped"), (conv, True, True, "clamped"),
+                     ("chwn_max_pool_fwd", True, False, None)]
   assert calls == want, calls
   logits, state = jax.jit(lambda p: net.apply(p, x, mutable=["intermediates"]))(params)
   acts = state["intermediates"]["activations"][0]
-  for name in ("conv1", "conv2", "conv5"):  # ReLU outputs, as the table says
+  for name in ("conv1", "conv2", "conv3", "conv4", "conv5"):  # ReLU outputs, as the table says
     assert float(acts[name].min()) == 0.0, name
   reference = Network(alexnet(num_classes=10, width=0.25), weight_init="he", backend="xla")
   want, want_state = jax.jit(lambda p: reference.apply(p, x, mutable=["intermediates"]))(params)

@@ -97,35 +97,42 @@ def operands(shape, dtype, seed=0):
   return x, w, dy, b
 
 
-def run_fwd(x, w, b, stride, padding, groups, relu=False, has_bias=True):
-  launch = conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias, str(x.dtype))
+def run_fwd(x, w, b, stride, padding, groups, relu=False, has_bias=True, images="plain", m=None):
+  launch = conv.conv_fwd_launch(x.shape, w.shape, stride, padding, groups, relu, has_bias, str(x.dtype),
+                                images=images)
   y, buf = poisoned((w.shape[3], *geometry(x, w, stride, padding), x.shape[3]), x.dtype)
-  run(launch, x, w, b, y)
+  run(launch, x, w, b, unread(x) if m is None else m, y)
   untouched(buf)
   return y
 
 
-def run_dgrad(dy, x_shape, w, stride, padding, groups):
-  launch = conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, str(dy.dtype))
+def run_dgrad(dy, x_shape, w, stride, padding, groups, m=None):
+  launch = conv.conv_dgrad_launch(x_shape, w.shape, stride, padding, groups, str(dy.dtype), masked=m is not None)
   dx, buf = poisoned(x_shape, dy.dtype)
-  run(launch, dy, w, dx)
+  run(launch, dy, w, np.full(x_shape, np.nan, dy.dtype) if m is None else m, dx)  # NaN: unread without a mask
   untouched(buf)
   return dx
 
 
-def run_wgrad(x, dy, w_shape, stride, padding, groups, split=None, bias=False):
+def run_wgrad(x, dy, w_shape, stride, padding, groups, split=None, bias=False, images="plain", m=None):
   """dw, and with `bias` (dw, db): the caller's sums of the partials. Without it the bias output stays unwritten."""
-  launch = conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, str(x.dtype), split=split, bias=bias)
+  launch = conv.conv_wgrad_launch(x.shape, w_shape, stride, padding, groups, str(x.dtype), split=split, bias=bias,
+                                  images=images)
   dw, buf = poisoned((launch.constexprs["SPLIT"], *w_shape), np.float32)
   db, db_buf = poisoned((launch.constexprs["SPLIT"], w_shape[3]), np.float32)
   assert launch.grid[1] == launch.constexprs["SPLIT"]
   with np.errstate(invalid="ignore"):
-    run(launch, x, dy, dw, db)
+    run(launch, x, dy, unread(x) if m is None else m, dw, db)
   untouched(buf)
   untouched(db_buf)
   if not bias:
     assert np.isnan(db).all(), "the bias partials were written without bias"
   return (dw.sum(0), db.sum(0)) if bias else dw.sum(0)
+
+
+def unread(x):
+  """The mask source of a kernel that reads none: NaN, which a kernel that read it would turn into zeros."""
+  return np.full(x.shape, np.nan, x.dtype)
 
 
 def assert_close(got, want, dtype):
@@ -170,6 +177,25 @@ def test_wgrad_sums_the_bias_gradient_from_the_same_pass(shape):
   dy64 = dy.astype(np.float64)
   assert_close(dw, wgrad_numpy(dy64, x.astype(np.float64), w.astype(np.float64), stride, padding, groups), "float32")
   assert_close(db, dy64.sum(axis=(1, 2, 3)), "float32")
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[6]],
+                         ids=["conv1-like", "grouped", "steps-within-one-kh-kw"])
+def test_images_read_through_a_mask(shape):
+  # The tangents of a ReLU's output: the forward and filter gradient read x where the mask source m is positive; the
+  # data gradient writes zeros where it is not.
+  *_, stride, padding, groups = shape
+  x, w, dy, b = operands(shape, "float32", seed=5)
+  m = np.random.default_rng(6).normal(size=x.shape).astype(np.float32)
+  x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+  read = np.where(m > 0, x64, 0)
+  assert_close(run_fwd(x, w, b, stride, padding, groups, images="masked", m=m),
+               fwd_numpy(read, w64, stride, padding, groups) + b[:, None, None, None], "float32")
+  assert_close(run_wgrad(x, dy, w.shape, stride, padding, groups, images="masked", m=m),
+               wgrad_numpy(dy64, read, w64, stride, padding, groups), "float32")
+  masked = run_dgrad(dy, x.shape, w, stride, padding, groups, m=m)
+  assert_close(masked, np.where(m > 0, dgrad_numpy(dy64, x64, w64, stride, padding, groups), 0), "float32")
+  assert (masked[m <= 0] == 0).all() and (masked[m > 0] != 0).mean() > 0.9
 
 
 @pytest.mark.parametrize("split", [2, 3, 100])
@@ -240,6 +266,8 @@ def test_bad_shapes_are_refused():
     conv.conv_dgrad_launch((3, 2, 2, 1), (3, 5, 5, 4), 1, 0, 1, "float32")
   with pytest.raises(ValueError, match="input_precision"):
     conv.conv_wgrad_launch((3, 8, 8, 1), (3, 3, 3, 4), 1, 0, 1, "float32", input_precision="fast")
+  with pytest.raises(ValueError, match="read as one of"):
+    conv.conv_fwd_launch((3, 8, 8, 1), (3, 3, 3, 4), 1, 0, 1, False, False, "float32", images="relu")
 
 
 def test_tuned_tiles_are_valid_and_name_layers_a_device_runs():
@@ -294,19 +322,19 @@ def test_other_tiles_compute_the_same_convolution(kernel, shape, split):
   if kernel == "fwd":
     launch = conv.conv_fwd_launch(*args, False, True, "float16", tiles=tiles)
     got = np.empty((w.shape[3], *geometry(x, w, stride, padding), x.shape[3]), np.float16)
-    run(launch, x, w, b, got)
+    run(launch, x, w, b, unread(x), got)
     want = fwd_numpy(x64, w64, stride, padding, groups) + b[:, None, None, None]
   elif kernel == "dgrad":
     launch = conv.conv_dgrad_launch(*args, "float16", tiles=tiles)
     got = np.empty(x.shape, np.float16)
-    run(launch, dy, w, got)
+    run(launch, dy, w, unread(x), got)
     want = dgrad_numpy(dy64, x64, w64, stride, padding, groups)
   else:
     launch = conv.conv_wgrad_launch(*args, "float16", tiles=tiles, bias=True)
     assert launch.constexprs["SPLIT"] == split
     partials = np.empty((launch.constexprs["SPLIT"], *w.shape), np.float32)
     bias_partials = np.empty((launch.constexprs["SPLIT"], w.shape[3]), np.float32)
-    run(launch, x, dy, partials, bias_partials)
+    run(launch, x, dy, unread(x), partials, bias_partials)
     assert_close(bias_partials.sum(0), dy64.sum(axis=(1, 2, 3)), "float16")
     got, want = partials.sum(0), wgrad_numpy(dy64, x64, w64, stride, padding, groups)
   assert launch.num_warps == tiles.num_warps and launch.num_stages == 2

@@ -2,6 +2,7 @@
 
 Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-contiguous:
   images x, data gradient dx      (C, H, W, N)             batch last: N is the fastest axis
+  mask source m                   (C, H, W, N)             as x: where it is not positive, x (dx) reads as 0
   filters w                       (C/G, KH, KW, F)         filters last
   bias b                          (F,) float32
   output y, output gradient dy    (F, OH, OW, N)           OH = (H + 2·PAD - KH) // STRIDE + 1, likewise OW
@@ -30,6 +31,10 @@ from triton_kernels.launch import Launch, out_size
 
 DTYPES = ("float32", "float16", "bfloat16")
 INPUT_PRECISIONS = ("ieee", "tf32")
+# How the forward and filter-gradient kernels read the images: as stored, or where a mask source is positive (a
+# ReLU's tangent). A ReLU itself is never applied as images are read: between tiles loaded asynchronously into shared
+# memory and the tensor cores that read them there, it would take a pass through registers.
+INPUTS = ("plain", "masked")
 WGRAD_COLUMNS_PER_PROGRAM = 4096
 
 
@@ -41,10 +46,20 @@ def _origins(p, N: tl.constexpr, OW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl
 
 
 @triton.jit
-def _image_tile(x_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr, KH: tl.constexpr,
+def _read(tile, m_ptr, offsets, inside, INPUT: tl.constexpr):
+  """An image tile as the kernel reads it (INPUT): as stored ('plain'), or where the mask source m, laid out as x, is
+  positive ('masked': the tangent of a ReLU's output)."""
+  if INPUT == "masked":
+    tile = tl.where(tl.load(m_ptr + offsets, mask=inside, other=0.0) > 0, tile, 0.0).to(tile.dtype)
+  return tile
+
+
+@triton.jit
+def _image_tile(x_ptr, m_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr, KH: tl.constexpr,
                 KW: tl.constexpr, OW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, ROWS: tl.constexpr,
-                COLS: tl.constexpr):
-  """x[rows, p] of the implicit im2col matrix: rows (c, kh, kw) from channel c0 on, columns (oh, ow, n)."""
+                COLS: tl.constexpr, INPUT: tl.constexpr):
+  """x[rows, p] of the implicit im2col matrix, read as INPUT says (_read): rows (c, kh, kw) from channel c0 on,
+  columns (oh, ow, n)."""
   c = rows // (KH * KW)
   kh = rows // KW % KH
   kw = rows % KW
@@ -55,16 +70,18 @@ def _image_tile(x_ptr, c0, rows, p, N: tl.constexpr, H: tl.constexpr, W: tl.cons
   # The offset separates into a row part and a column part: one add per element, not a full index decode.
   row_off = (c0 + c) * (H * W * N) + kh * (W * N) + kw * N
   col_off = ih0 * (W * N) + iw0 * N + n
-  return tl.load(x_ptr + row_off[:, None] + col_off[None, :], mask=inside, other=0.0)
+  offsets = row_off[:, None] + col_off[None, :]
+  return _read(tl.load(x_ptr + offsets, mask=inside, other=0.0), m_ptr, offsets, inside, INPUT)
 
 
 @triton.jit
-def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
-                    F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
-                    GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
-                    INPUT_PRECISION: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr,
-                    BLOCK_K: tl.constexpr):
-  """filter_acts: y = relu(w ⋆ x + b), one [BLOCK_F, BLOCK_P] tile of y per program; b_ptr unread without bias."""
+def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, m_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+                    W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
+                    PAD: tl.constexpr, GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
+                    INPUT: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_F: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+  """filter_acts: y = relu(w ⋆ x + b), x read as INPUT says (_read), one [BLOCK_F, BLOCK_P] tile of y per program;
+  b_ptr unread without bias, m_ptr unless INPUT is 'masked'."""
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
   OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
@@ -88,15 +105,16 @@ def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr
       ih = ih0 + khw // KW
       iw = iw0 + khw % KW
       inside = (p < P) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-      x_tile = tl.load(x_ptr + (g * CG + c)[:, None] * (H * W * N) + (ih * (W * N) + iw * N + n)[None, :],
-                       mask=inside[None, :], other=0.0)
+      offsets = (g * CG + c)[:, None] * (H * W * N) + (ih * (W * N) + iw * N + n)[None, :]
+      x_tile = _read(tl.load(x_ptr + offsets, mask=inside[None, :], other=0.0), m_ptr, offsets, inside[None, :],
+                     INPUT)
       w_tile = tl.load(w_ptr + (c[None, :] * (KH * KW) + khw) * F + (g * FG + f)[:, None], mask=(f < FG)[:, None],
                        other=0.0)
     else:
       k = k0 + tl.arange(0, BLOCK_K)
       w_tile = tl.load(w_ptr + k[None, :] * F + (g * FG + f)[:, None], mask=(f < FG)[:, None] & (k < K)[None, :],
                        other=0.0)
-      x_tile = _image_tile(x_ptr, g * CG, k, p, N, H, W, KH, KW, OW, STRIDE, PAD, K, P)
+      x_tile = _image_tile(x_ptr, m_ptr, g * CG, k, p, N, H, W, KH, KW, OW, STRIDE, PAD, K, P, INPUT)
     acc = tl.dot(w_tile, x_tile, acc, input_precision=INPUT_PRECISION)
   if HAS_BIAS:
     acc += tl.load(b_ptr + g * FG + f, mask=f < FG, other=0.0).to(tl.float32)[:, None]
@@ -107,11 +125,13 @@ def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N: tl.constexpr, C: tl.constexpr
 
 
 @triton.jit
-def conv_dgrad_kernel(dy_ptr, w_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
-                      F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
-                      GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_C: tl.constexpr,
-                      BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-  """img_acts: dx[c, ih, iw, n] = Σ dy[f, oh, ow, n] · w[c, kh, kw, f], ih = oh·STRIDE - PAD + kh, iw alike."""
+def conv_dgrad_kernel(dy_ptr, w_ptr, m_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+                      W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
+                      PAD: tl.constexpr, GROUPS: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                      BLOCK_C: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+  """img_acts: dx[c, ih, iw, n] = Σ dy[f, oh, ow, n] · w[c, kh, kw, f], ih = oh·STRIDE - PAD + kh, iw alike; with
+  MASKED, 0 where m (laid out as dx) is not positive: the gradient through the ReLU that the layer before left to
+  this one, with no pass of its own (m_ptr unread without)."""
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
   OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
@@ -145,15 +165,19 @@ def conv_dgrad_kernel(dy_ptr, w_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H
     dy_off = (g * FG + f)[:, None] * (OH * OW * N) + oh * (OW * N) + ow * N + n[None, :]
     dy_tile = tl.load(dy_ptr + dy_off, mask=live, other=0.0)
     acc = tl.dot(w_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
-  tl.store(dx_ptr + (g * CG + c)[:, None] * Q + q[None, :], acc.to(dx_ptr.dtype.element_ty),
-           mask=(c < CG)[:, None] & (q < Q)[None, :])
+  offsets = (g * CG + c)[:, None] * Q + q[None, :]
+  inside = (c < CG)[:, None] & (q < Q)[None, :]
+  if MASKED:
+    acc = tl.where(tl.load(m_ptr + offsets, mask=inside, other=0.0) > 0, acc, 0.0)
+  tl.store(dx_ptr + offsets, acc.to(dx_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
-def _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
-                F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr,
-                GROUPS: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr,
-                BLOCK_P: tl.constexpr, SPLIT_STEPS: tl.constexpr, SUM: tl.constexpr):
+def _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+                W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
+                PAD: tl.constexpr, GROUPS: tl.constexpr, INPUT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT_STEPS: tl.constexpr,
+                SUM: tl.constexpr):
   """One program's [BLOCK_R, BLOCK_F] tile of dw over split s's columns; with SUM, also dy summed over them."""
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
@@ -165,7 +189,7 @@ def _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N: tl.constexpr, C: tl.constexpr, H: 
   sums = tl.zeros((BLOCK_F,), tl.float32)
   for i in range(SPLIT_STEPS):
     p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
-    x_tile = _image_tile(x_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P)
+    x_tile = _image_tile(x_ptr, m_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P, INPUT)
     dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
                       other=0.0)
     acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
@@ -175,13 +199,14 @@ def _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N: tl.constexpr, C: tl.constexpr, H: 
 
 
 @triton.jit
-def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+def conv_wgrad_kernel(x_ptr, dy_ptr, m_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
                       W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
-                      PAD: tl.constexpr, GROUPS: tl.constexpr, BIAS: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT: tl.constexpr,
-                      SPLIT_STEPS: tl.constexpr):
-  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n];
-  with BIAS, also the bias gradient's partials db[s, f] = Σ over them of dy[f, oh, ow, n] (db_ptr unwritten without).
+                      PAD: tl.constexpr, GROUPS: tl.constexpr, BIAS: tl.constexpr, INPUT: tl.constexpr,
+                      INPUT_PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr,
+                      BLOCK_P: tl.constexpr, SPLIT: tl.constexpr, SPLIT_STEPS: tl.constexpr):
+  """weight_acts: dw[s, c, kh, kw, f] = Σ over split s's columns (oh, ow, n) of x[c, ih, iw, n] · dy[f, oh, ow, n],
+  x read as INPUT says (_read; m_ptr unread unless 'masked'); with BIAS, also the bias gradient's partials
+  db[s, f] = Σ over them of dy[f, oh, ow, n] (db_ptr unwritten without).
 
   Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
   tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
@@ -198,15 +223,15 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: tl.cons
   r = pid // F_TILES * BLOCK_R + tl.arange(0, BLOCK_R)
   if BIAS:
     if pid < F_TILES:  # a loop of its own: the other programs' pipelined loop stays free of the sums
-      acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
-                              BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, True)
+      acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
+                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, True)
       tl.store(db_ptr + s * F + g * FG + f, sums, mask=f < FG)
     else:
-      acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
-                              BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
+      acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
+                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
   else:
-    acc, sums = _wgrad_tile(x_ptr, dy_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT_PRECISION,
-                            BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
+    acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
+                            INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
   tl.store(dw_ptr + s * (R * F) + r[:, None] * F + (g * FG + f)[None, :], acc,
            mask=(r < R)[:, None] & (f < FG)[None, :])
 
@@ -291,30 +316,35 @@ def _launch(kernel, grid, shape, tiles: Tiles, **constexprs) -> Launch:
 
 
 def conv_fwd_launch(x_shape, w_shape, stride, padding, groups, relu, has_bias, dtype_name,
-                    input_precision="ieee", tiles: Tiles | None = None) -> Launch:
-  """conv_fwd_kernel(x, w, b, y) for x (C, H, W, N) and w (C/G, KH, KW, F): y is (F, OH, OW, N) in x's dtype."""
+                    input_precision="ieee", tiles: Tiles | None = None, images="plain") -> Launch:
+  """conv_fwd_kernel(x, w, b, m, y) for x (C, H, W, N) and w (C/G, KH, KW, F): y is (F, OH, OW, N) in x's dtype; x
+  read as `images` says (one of INPUTS), m read only where it is 'masked' (any array otherwise)."""
+  _check_images(images)
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   t = tiles or tiles_for("fwd", x_shape, w_shape, stride, padding, groups, dtype_name)
   grid = (triton.cdiv(w_shape[3] // groups, t.rows) * triton.cdiv(oh * ow * shape["N"], t.cols), groups)
-  return _launch("fwd", grid, shape, t, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT_PRECISION=input_precision)
+  return _launch("fwd", grid, shape, t, HAS_BIAS=bool(has_bias), RELU=bool(relu), INPUT=images,
+                 INPUT_PRECISION=input_precision)
 
 
 def conv_dgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
-                      tiles: Tiles | None = None) -> Launch:
-  """conv_dgrad_kernel(dy, w, dx): dy (F, OH, OW, N) and w as in the forward pass; dx has x_shape and dy's dtype."""
+                      tiles: Tiles | None = None, masked=False) -> Launch:
+  """conv_dgrad_kernel(dy, w, m, dx): dy (F, OH, OW, N) and w as in the forward pass; dx has x_shape and dy's dtype;
+  with `masked`, 0 where m (of x_shape) is not positive (m unread without: any array)."""
   shape, _, _ = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   t = tiles or tiles_for("dgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
   grid = (triton.cdiv(w_shape[0], t.rows) * triton.cdiv(shape["H"] * shape["W"] * shape["N"], t.cols), groups)
-  return _launch("dgrad", grid, shape, t, INPUT_PRECISION=input_precision)
+  return _launch("dgrad", grid, shape, t, MASKED=bool(masked), INPUT_PRECISION=input_precision)
 
 
 def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision="ieee",
-                      split=None, tiles: Tiles | None = None, bias=False) -> Launch:
-  """conv_wgrad_kernel(x, dy, dw, db): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"]; with
-  `bias`, db is float32 (SPLIT, F), else any float32 array, unwritten.
+                      split=None, tiles: Tiles | None = None, bias=False, images="plain") -> Launch:
+  """conv_wgrad_kernel(x, dy, m, dw, db): dw is float32 (SPLIT, C/G, KH, KW, F), SPLIT = constexprs["SPLIT"]; with
+  `bias`, db is float32 (SPLIT, F), else any float32 array, unwritten; x read as `images` says (conv_fwd_launch).
 
   split, if given, asks for that many partial sums (fewer come back when the columns run out).
   """
+  _check_images(images)
   shape, oh, ow = _geometry(x_shape, w_shape, stride, padding, groups, dtype_name, input_precision)
   cg, kh, kw, f = w_shape
   t = tiles or tiles_for("wgrad", x_shape, w_shape, stride, padding, groups, dtype_name)
@@ -323,5 +353,10 @@ def conv_wgrad_launch(x_shape, w_shape, stride, padding, groups, dtype_name, inp
   split_steps = triton.cdiv(steps, max(1, min(want, steps)))
   n_split = triton.cdiv(steps, split_steps)  # recount so that no program is left without columns
   grid = (triton.cdiv(cg * kh * kw, t.rows) * triton.cdiv(f // groups, t.cols), n_split, groups)
-  return _launch("wgrad", grid, shape, t, BIAS=bool(bias), INPUT_PRECISION=input_precision, SPLIT=n_split,
-                 SPLIT_STEPS=split_steps)
+  return _launch("wgrad", grid, shape, t, BIAS=bool(bias), INPUT=images, INPUT_PRECISION=input_precision,
+                 SPLIT=n_split, SPLIT_STEPS=split_steps)
+
+
+def _check_images(images):
+  if images not in INPUTS:
+    raise ValueError(f"conv: images {images!r} must be read as one of {INPUTS}")

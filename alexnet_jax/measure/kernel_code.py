@@ -16,6 +16,7 @@ import re
 import subprocess
 import tempfile
 
+import jax
 import numpy as np
 
 from alexnet_jax.ops.kernel import KernelPrimitive
@@ -55,6 +56,8 @@ def compiled(primitive: KernelPrimitive, *avals, arch: int = HOPPER, **params) -
   spec = primitive.spec
   launch = spec.launch(*avals, **params)
   reads = spec.reads(*avals, **params) if spec.reads else [a.dtype for a in avals]
+  read = [jax.ShapeDtypeStruct(a.shape, d) for a, d in zip(avals, reads)]
+  reads = [a.dtype for a in (spec.kernel_args(*read, **params) if spec.kernel_args else read)]
   writes = [o.dtype for o in (spec.kernel_outputs or spec.outputs)(*avals, **params)]
   pointers = iter(TRITON_TYPES[np.dtype(d).name] for d in [*reads, *writes])
   fn = launch.kernel

@@ -62,6 +62,9 @@ class KernelSpec:
   launch: Callable  # (*avals, **params) -> triton_kernels.Launch, which carries the kernel
   outputs: Callable  # (*avals, **params) -> [jax.ShapeDtypeStruct]: what the primitive returns
   kernel_outputs: Callable | None = None  # (*avals, **params) -> what the kernel writes, if not `outputs`
+  # (*operands, **params) -> the arrays the kernel reads, if not the operands: e.g. a pointer it leaves unread where
+  # the primitive has no operand for it, filled by another operand
+  kernel_args: Callable | None = None
   finish: Callable | None = None  # (*kernel outputs, **params) -> outputs, e.g. summing split-K partials
   batch_last: tuple[int, ...] = ()  # operands whose last axis is the image axis N, like every output then
   # (*avals, **params) -> the dtype the kernel reads each operand in, where the primitive takes another: the lowering
@@ -123,6 +126,9 @@ class KernelPrimitive:
   def _raw_outputs(self, avals, params):
     return (self.spec.kernel_outputs or self.spec.outputs)(*avals, **params)
 
+  def _kernel_args(self, args, params):
+    return self.spec.kernel_args(*args, **params) if self.spec.kernel_args else args
+
   def _finish(self, raw, params):
     return list(self.spec.finish(*raw, **params)) if self.spec.finish else list(raw)
 
@@ -134,9 +140,9 @@ class KernelPrimitive:
         raise ValueError("the Triton kernels on CUDA need jax-triton: pip install -e '.[gpu]' (or run with "
                          "--config.kernel_backend=xla)") from None
       launch = self.spec.launch(*avals, **params)
-      raw = jax_triton.triton_call(*args, kernel=launch.kernel, out_shape=self._raw_outputs(avals, params),
-                                   grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,
-                                   **launch.constexprs)
+      raw = jax_triton.triton_call(*self._kernel_args(args, params), kernel=launch.kernel,
+                                   out_shape=self._raw_outputs(avals, params), grid=launch.grid,
+                                   num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.constexprs)
       return self._finish(raw, params)
 
     return run
@@ -152,7 +158,8 @@ class KernelPrimitive:
       interpret.run(self.spec.launch(*avals, **params), *(np.ascontiguousarray(a) for a in arrays), *outs)
       return outs
 
-    return lambda *args: self._finish(jax.pure_callback(host, raw_shapes, *args), params)
+    return lambda *args: self._finish(jax.pure_callback(host, raw_shapes, *self._kernel_args(args, params)),
+                                      params)
 
   def _batch(self, operands, dims, **params):
     batched = [i for i, d in enumerate(dims) if d is not None]

@@ -22,7 +22,7 @@ def run(net, step, x, train):
                                  layer.filters // net.table.towers))
   side_by_side = jnp.moveaxis(kernel, 0, -2).reshape(*kernel.shape[1:-1], kernel.shape[0] * kernel.shape[-1])
   return ops.conv2d(x, side_by_side, bias, stride=layer.stride, padding=layer.padding, groups=p.blocks,
-                    relu=layer.relu and not step.relu_out, backend=net.backend)
+                    relu="left" if step.relu_out else layer.relu, relu_in=step.relu_in, backend=net.backend)
 
 
 def plain(net, p, x, train):
@@ -42,4 +42,5 @@ def torch(layer, nn, shape, towers):
 
 
 CONV = register_kind(Kind("conv", run, plain, torch, output_shape=output_shape,
-                          fan=lambda layer, shape: (shape[0], layer.size, layer.size), defers_relu=True))
+                          fan=lambda layer, shape: (shape[0], layer.size, layer.size), defers_relu=True,
+                          takes_relu=True))

@@ -52,8 +52,10 @@ class Kind:
   maps: bool = True  # reads (C, H, W, N) maps; False: also (features, N)
   flattens: bool = False  # leaves (features, N): what a network's logits must be
   sliced: bool = False  # may be placed 'model': split over devices by its units (fc layers and their dropout)
-  defers_relu: bool = False  # leaves its ReLU to the kernels of the layer after it, when that one `takes_relu`
-  takes_relu: bool = False  # its kernels apply the ReLU of the layer before to their input (and mask its gradient)
+  # writes its output clamped at 0 but leaves the ReLU's gradient mask to the kernels of the layer after it, when
+  # that one `takes_relu`: they mask it as they write their own gradient, where XLA would take a pass over the maps
+  defers_relu: bool = False
+  takes_relu: bool = False  # its kernels apply the mask of the layer before's ReLU (LRN's and pools' the ReLU too)
   # {kind of the next layer: (net, step, x) -> (this layer's output or None, the next one's)}: both as one op
   fuses: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
   # (layer, **keywords) -> the op this kind's kernels compute on one tower's maps, for the kernel checks and tools
@@ -89,8 +91,8 @@ def kind_of(layer) -> Kind:
 @dataclasses.dataclass(frozen=True)
 class Step:
   """One op of the network as our kernels run it: a layer, or a layer and the next as one op (`plans`, the
-  placement plan's rows); `relu_in`: apply the ReLU that the layer before left to this op; `relu_out`: leave this
-  layer's ReLU to the next op."""
+  placement plan's rows); `relu_in`: apply the ReLU's mask that the layer before left to this op; `relu_out`: leave
+  this layer's ReLU's mask to the next op."""
 
   plans: tuple
   relu_in: bool = False
