@@ -159,6 +159,20 @@ def test_conv_before_an_lrn_a_pool_or_a_conv_leaves_its_relu_s_mask_to_that_laye
     np.testing.assert_allclose(acts[name], want_acts[name], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize("name, size", [("alexnet", 67), ("vgg16", 32)])
+def test_the_backward_leaves_xla_no_pass_over_a_conv_s_maps(name, size):
+  # Every ReLU mask of a conv's output is applied by the next layer's kernels, every bias gradient summed by the
+  # filter gradient's kernel: no select or sum over 4-D maps is left to XLA. Traced only.
+  net = Network(get_network(name, num_classes=10, width=0.0625), weight_init="he", backend="interpret")
+  x = jnp.zeros((3, size, size, 2))
+  params = jax.eval_shape(net.init, jax.random.key(1), x)
+  grad = jax.make_jaxpr(jax.grad(lambda p: net.apply(p, x).sum()))(params).jaxpr
+  assert not [e.primitive.name for e in equations(grad) if e.primitive.name in ("select_n", "reduce_sum")
+              and e.invars[-1].aval.ndim == 4]
+  with_bias = [e for e in equations(grad) if e.primitive.name == "chwn_conv_wgrad" and e.params.get("bias")]
+  assert len(with_bias) == sum(layer.kind == "conv" for layer in get_network(name).layers)
+
+
 def test_bad_tables_and_names_are_refused():
   with pytest.raises(ValueError, match="unknown network 'lenet'; choose one of .*alexnet"):
     get_network("lenet")
