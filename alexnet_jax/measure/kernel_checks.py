@@ -48,11 +48,16 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
   """Each conv, pool and LRN of a table at one tower's shapes, with the layer's own geometry and constants."""
   found = []
   following = {a.name: b for a, b in zip(table.layers, table.layers[1:])}
+  preceding = {b.name: a for a, b in zip(table.layers, table.layers[1:])}
   for s in tower_convs(table, image_size, batch):
     # No ReLU here: where a float32 output lands within rounding of zero, its mask (and so its gradient) may
     # differ from float64's, which measures the mask, not the kernels. The fused ReLU is tested on the CPU.
     conv = functools.partial(ops.conv2d, stride=s.stride, padding=s.padding)
     found.append(Case(s.name, conv, (s.x, s.w, (s.w[-1],))))
+    if s.name in preceding and preceding[s.name].kind == "conv":
+      # As the model runs a conv after a conv: the images a ReLU's output, whose mask the data gradient's kernel
+      # applies; the mask reads the images themselves, exact everywhere.
+      found.append(Case(f"{s.name}+relu_in", functools.partial(_after_a_relu, conv), (s.x, s.w, (s.w[-1],))))
   for name, (layer, shape) in tower_maps(table, image_size, batch).items():
     kind = kind_of(layer)
     found.append(Case(name, kind.op(layer), (shape,)))
@@ -67,6 +72,10 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
       reference = functools.partial(_pool_of_rounded_lrn, lrn=lrn, size=pool.size, stride=pool.stride)
       found.append(Case(f"{name}+relu+{pool.name}", fused, (shape,), reference))
   return found
+
+
+def _after_a_relu(conv, x, w, b, *, backend):
+  return conv(jax.nn.relu(x), w, b, relu_in=True, backend=backend)
 
 
 def _pool_of_rounded_lrn(x, *, dtype, lrn, size, stride):
