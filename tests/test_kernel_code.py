@@ -103,15 +103,19 @@ def test_access_bits_reads_sass_opcodes():
 
 
 def test_kernel_code_script_lists_every_kernel_of_alexnet_s_one_device_step():
-  """scripts/dev/kernel_code.py's kernels: each conv's three directions but conv1's data gradient, each LRN as one op
-  with its max-pool, pool5 alone."""
+  """scripts/dev/kernel_code.py's kernels: each conv's three directions but conv1's data gradient (conv4's and
+  conv5's masked by the ReLU of the conv before), each LRN as one op with its max-pool, pool5 alone."""
   code = ("import json, sys; sys.path.insert(0, 'scripts/dev'); import jax.numpy as jnp, kernel_code; "
           "from alexnet_jax.network.table import alexnet; "
-          "print(json.dumps([(n, p.prim.name) for n, p, _, _ in kernel_code.calls(alexnet(), 224, 8, jnp.bfloat16)]))")
+          "print(json.dumps([(n, p.prim.name, len(a)) for n, p, a, _ in kernel_code.calls(alexnet(), 224, 8, "
+          "jnp.bfloat16)]))")
   run = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
   listed = [tuple(x) for x in json.loads(run.stdout.strip().splitlines()[-1])]
+  masked = [(name, n) for name, kernel, n in listed if kernel == "chwn_conv_dgrad"]
+  assert masked == [("conv2", 2), ("conv3", 2), ("conv4", 3), ("conv5", 3)]  # dy, w and the mask source
+  listed = [(name, kernel) for name, kernel, _ in listed]
   conv = ["chwn_conv_fwd", "chwn_conv_dgrad", "chwn_conv_wgrad"]
   assert listed == [("conv1", conv[0]), ("conv1", conv[2]),
                     *[(f"conv{i}", k) for i in range(2, 6) for k in conv],

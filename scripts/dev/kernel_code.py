@@ -39,13 +39,14 @@ def calls(table, image_size: int, batch: int, dtype):
 
   s = jax.ShapeDtypeStruct
   first = first_conv(table)
+  after_a_conv = {b.name for a, b in zip(table.layers, table.layers[1:]) if a.kind == b.kind == "conv"}
   for c in grouped_convs(table, image_size, batch):
     geometry = dict(stride=c.stride, padding=c.padding, groups=c.groups, precision=dot_precision(dtype))
     x, w, (dy,) = s(c.x, dtype), s(c.w, dtype), conv.CONV_FWD.spec.outputs(s(c.x, dtype), s(c.w, dtype), None,
                                                                           **geometry)
     yield c.name, conv.CONV_FWD, (x, w, s(c.w[-1:], jnp.float32)), dict(relu=True, has_bias=True, **geometry)
-    if c.name != first:
-      yield c.name, conv.CONV_DGRAD, (dy, w), dict(x_shape=c.x, **geometry)
+    if c.name != first:  # after a conv, masked by that conv's ReLU as it writes dx
+      yield c.name, conv.CONV_DGRAD, (dy, w, *[x] * (c.name in after_a_conv)), dict(x_shape=c.x, **geometry)
     yield c.name, conv.CONV_WGRAD, (x, dy), dict(w_shape=c.w, bias=True, **geometry)
   pools = pool_after(table)
   after_lrn = {pools[a.name].name for a in table.layers if a.kind == "lrn" and a.name in pools}
