@@ -168,11 +168,15 @@ def test_bias_relu_epilogue():
   assert (relu == 0).mean() > 0.3
 
 
-@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[5], SHAPES[6]],
-                         ids=["conv1-like", "grouped", "two-filter-tiles", "steps-within-one-kh-kw"])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[5], SHAPES[6], (64, 5, 5, 3, 8, 1, 1, 0, 1)],
+                         ids=["conv1-like", "grouped", "two-filter-tiles", "steps-within-one-kh-kw", "rows-fill-tiles"])
 def test_wgrad_sums_the_bias_gradient_from_the_same_pass(shape):
+  # Where the filter's rows leave a row of the last row tile free (all but the last shape), the sums are that row's,
+  # of ones; else the first row tile's programs sum their dy tiles.
   *_, stride, padding, groups = shape
   x, w, dy, _ = operands(shape, "float32", seed=4)
+  rows = conv.conv_wgrad_launch(x.shape, w.shape, stride, padding, groups, "float32").constexprs["BLOCK_R"]
+  assert (w[..., 0].size % rows == 0) == (shape == (64, 5, 5, 3, 8, 1, 1, 0, 1))
   dw, db = run_wgrad(x, dy, w.shape, stride, padding, groups, split=3, bias=True)
   dy64 = dy.astype(np.float64)
   assert_close(dw, wgrad_numpy(dy64, x.astype(np.float64), w.astype(np.float64), stride, padding, groups), "float32")

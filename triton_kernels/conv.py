@@ -178,7 +178,8 @@ def _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N: tl.constexpr, C: tl.constex
                 PAD: tl.constexpr, GROUPS: tl.constexpr, INPUT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_P: tl.constexpr, SPLIT_STEPS: tl.constexpr,
                 SUM: tl.constexpr):
-  """One program's [BLOCK_R, BLOCK_F] tile of dw over split s's columns; with SUM, also dy summed over them."""
+  """One program's [BLOCK_R, BLOCK_F] tile of dw over split s's columns; with SUM ('ones' or 'tiles', not 'none'),
+  also dy summed over them."""
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
   OH: tl.constexpr = (H + 2 * PAD - KH) // STRIDE + 1
@@ -190,11 +191,15 @@ def _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N: tl.constexpr, C: tl.constex
   for i in range(SPLIT_STEPS):
     p = (s * SPLIT_STEPS + i) * BLOCK_P + tl.arange(0, BLOCK_P)
     x_tile = _image_tile(x_ptr, m_ptr, g * CG, r, p, N, H, W, KH, KW, OW, STRIDE, PAD, R, P, INPUT)
+    if SUM == "ones":  # row R, past the filter's rows, all ones: the tensor cores sum dy there
+      x_tile = tl.where((r == R)[:, None] & (p < P)[None, :], 1.0, x_tile).to(x_tile.dtype)
     dy_tile = tl.load(dy_ptr + (g * FG + f)[None, :] * P + p[:, None], mask=(p < P)[:, None] & (f < FG)[None, :],
                       other=0.0)
     acc = tl.dot(x_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
-    if SUM:
+    if SUM == "tiles":
       sums += tl.sum(dy_tile.to(tl.float32), axis=0)
+  if SUM == "ones":
+    sums = tl.sum(tl.where((r == R)[:, None], acc, 0.0), axis=0)
   return acc, sums
 
 
@@ -210,7 +215,7 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, m_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: 
 
   Program (·, s, g) reduces columns [s·SPLIT_STEPS·BLOCK_P, (s+1)·SPLIT_STEPS·BLOCK_P) and writes its whole float32
   tile, zeros included: partial sums instead of atomics keep the result deterministic. The caller sums axis 0.
-  The bias sums come from the dy tiles that the first row tile's programs load anyway, which saves a pass over dy.
+  The bias sums come from dy as one row tile's programs read it anyway, which saves a pass over dy.
   """
   CG: tl.constexpr = C // GROUPS
   FG: tl.constexpr = F // GROUPS
@@ -221,17 +226,22 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, m_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: 
   g = tl.program_id(2)
   f = pid % F_TILES * BLOCK_F + tl.arange(0, BLOCK_F)
   r = pid // F_TILES * BLOCK_R + tl.arange(0, BLOCK_R)
+  # The bias sums: where the last row tile has a row past the filter's, as that row of ones' products on the tensor
+  # cores; else summed from the dy tiles that the first row tile's programs load anyway. Either in a loop of its own:
+  # the other programs' pipelined loop stays free of them.
+  SUMS: tl.constexpr = "ones" if R % BLOCK_R else "tiles"
+  SUMMING: tl.constexpr = R // BLOCK_R if R % BLOCK_R else 0  # the row tile that sums
   if BIAS:
-    if pid < F_TILES:  # a loop of its own: the other programs' pipelined loop stays free of the sums
+    if pid // F_TILES == SUMMING:
       acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
-                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, True)
+                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, SUMS)
       tl.store(db_ptr + s * F + g * FG + f, sums, mask=f < FG)
     else:
       acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
-                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
+                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, "none")
   else:
     acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
-                            INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, False)
+                            INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, "none")
   tl.store(dw_ptr + s * (R * F) + r[:, None] * F + (g * FG + f)[None, :], acc,
            mask=(r < R)[:, None] & (f < FG)[None, :])
 
