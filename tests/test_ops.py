@@ -133,6 +133,8 @@ def test_bfloat16_inputs_keep_their_dtype():
 def test_bad_shapes_and_backend_are_refused():
   with pytest.raises(ValueError, match="channels"):
     ops.conv2d(jnp.ones((3, 8, 8, 1)), jnp.ones((2, 3, 3, 4)))
+  with pytest.raises(ValueError, match="relu must be False, True or 'left'"):
+    ops.conv2d(jnp.ones((3, 8, 8, 1)), jnp.ones((3, 3, 3, 4)), relu="right")
   with pytest.raises(ValueError, match="smaller than"):
     ops.max_pool(jnp.ones((1, 2, 2, 1)))
   with pytest.raises(ValueError, match="unknown kernel backend"):

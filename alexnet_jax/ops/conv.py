@@ -126,8 +126,8 @@ CONV_DGRAD = KernelPrimitive("chwn_conv_dgrad", KernelSpec(
     kernel_args=lambda dy, w, *m, **p: (dy, w, *(m or (dy,))),
     outputs=lambda dy, w, *m, **p: [jax.ShapeDtypeStruct(p["x_shape"], dy.dtype)],
     xla=_dgrad_xla, xla_faster=_faster("dgrad", lambda a, p: p["x_shape"], lambda a, p: a[1].shape)))
-# The filter gradient, and with `bias` the bias gradient from the same pass over dy (the kernel's first row tile sums
-# the dy tiles it loads anyway): one output or two.
+# The filter gradient, and with `bias` the bias gradient from the same pass over dy (summed by one row tile's
+# programs as they read it: triton_kernels/conv.py): one output or two.
 CONV_WGRAD = KernelPrimitive("chwn_conv_wgrad", KernelSpec(
     launch=_wgrad_launch, reads=lambda x, dy, *m, **p: (x.dtype, x.dtype, *(a.dtype for a in m)),
     kernel_args=lambda x, dy, *m, **p: (x, dy, *(m or (x,))),
@@ -208,14 +208,6 @@ def _fwd_transpose(cts, x, w, b, *m, relu, has_bias, images="plain", **params):
   return [None, grads[0].astype(w.aval.dtype), grads[1].astype(b.aval.dtype) if with_bias else None, *rest]
 
 
-def _dgrad_transposes():
-  """dx = M ⊙ img_acts(dy, w), M the mask (1 without a mask source): transposed, the forward kernel on M ⊙ ct for
-  dy, weight_acts of M ⊙ ct for w."""
-  return (lambda ct, dy, w, *m, **p: _conv(ct, w, *m, **_geometry(p)),
-          lambda ct, dy, w, *m, **p: CONV_WGRAD(ct, dy, *m, w_shape=w.aval.shape, images="masked" if m else "plain",
-                                                **_geometry(p))[0])
-
-
 def _wgrad_jvp(primals, tangents, *, bias=False, images="plain", **params):
   """Bilinear in x (as read: masked alike) and dy, but the bias gradient reads dy alone: x's tangent term runs
   without it."""
@@ -257,7 +249,12 @@ def _wgrad_transpose(cts, x, dy, *m, w_shape, bias=False, images="plain", **para
 
 ad.primitive_jvps[CONV_FWD.prim] = _fwd_jvp
 ad.primitive_transposes[CONV_FWD.prim] = _fwd_transpose
-CONV_DGRAD.def_bilinear(_dgrad_transposes())
+# dx = M ⊙ img_acts(dy, w), M the mask (1 without a mask source): transposed, the forward kernel on M ⊙ ct for dy,
+# weight_acts of M ⊙ ct for w.
+CONV_DGRAD.def_bilinear((
+    lambda ct, dy, w, *m, **p: _conv(ct, w, *m, **_geometry(p)),
+    lambda ct, dy, w, *m, **p: CONV_WGRAD(ct, dy, *m, w_shape=w.aval.shape, images="masked" if m else "plain",
+                                          **_geometry(p))[0]))
 ad.primitive_jvps[CONV_WGRAD.prim] = _wgrad_jvp
 ad.primitive_transposes[CONV_WGRAD.prim] = _wgrad_transpose
 
@@ -268,8 +265,8 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, groups=1, relu=False, relu_in=F
   relu="left" and relu_in are the two halves of a ReLU between two convs (network/layers/kind.py gives them): the
   first conv, relu="left", writes its output clamped at 0 but leaves the ReLU's mask out of its gradient; the conv
   reading that output, relu_in=True, applies the mask (x > 0) to its images' gradient, in its data gradient's kernel.
-  One without the other differentiates wrongly on the kernels; for images that no relu="left" conv wrote, relu_in
-  computes the convolution of ReLU(x) on the kernels only where x ≥ 0."""
+  One without the other differentiates wrongly on the kernels, and the kernels read relu_in's images as they are: give
+  it a ReLU's output only (the XLA reference takes the ReLU of any x)."""
   c, _, _, _ = x.shape
   cin, kh, kw, f = w.shape
   if c != cin * groups or f % groups:
