@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from alexnet_jax import ops
@@ -75,7 +76,10 @@ def table_cases(table: Table, image_size: int, batch: int) -> list[Case]:
 
 
 def _after_a_relu(conv, x, w, b, *, backend):
-  return conv(jax.nn.relu(x), w, b, relu_in=True, backend=backend)
+  """conv of ReLU(x) as the model runs a conv after a conv: the images clamped with their gradient passed whole, so
+  that the mask x > 0 is the conv's alone to apply."""
+  clamped = x + lax.stop_gradient(jax.nn.relu(x) - x)
+  return conv(clamped, w, b, relu_in=True, backend=backend)
 
 
 def _pool_of_rounded_lrn(x, *, dtype, lrn, size, stride):
