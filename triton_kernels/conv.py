@@ -231,14 +231,10 @@ def conv_wgrad_kernel(x_ptr, dy_ptr, m_ptr, dw_ptr, db_ptr, N: tl.constexpr, C: 
   # the other programs' pipelined loop stays free of them.
   SUMS: tl.constexpr = "ones" if R % BLOCK_R else "tiles"
   SUMMING: tl.constexpr = R // BLOCK_R if R % BLOCK_R else 0  # the row tile that sums
-  if BIAS:
-    if pid // F_TILES == SUMMING:
-      acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
-                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, SUMS)
-      tl.store(db_ptr + s * F + g * FG + f, sums, mask=f < FG)
-    else:
-      acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
-                              INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, "none")
+  if BIAS and pid // F_TILES == SUMMING:
+    acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
+                            INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, SUMS)
+    tl.store(db_ptr + s * F + g * FG + f, sums, mask=f < FG)
   else:
     acc, sums = _wgrad_tile(x_ptr, dy_ptr, m_ptr, r, f, g, s, N, C, H, W, F, KH, KW, STRIDE, PAD, GROUPS, INPUT,
                             INPUT_PRECISION, BLOCK_R, BLOCK_F, BLOCK_P, SPLIT_STEPS, "none")
