@@ -3,8 +3,10 @@ JPEGs, the procedural set; the CPU decoder against PIL; resume, determinism, sha
 
 import dataclasses
 import functools
+import glob
 import io
 import logging
+import mmap
 import multiprocessing
 import os
 import signal
@@ -25,6 +27,7 @@ from alexnet_jax.data import (
   get_dataset,
   iterate,
   procedural,
+  rings,
   sources,
   statistics,
   train_batches,
@@ -268,6 +271,18 @@ def test_worker_processes_give_the_same_batches(small):
     assert_batches_equal(take(iterator, 3), [batches[i] for i in (2, 3, 4)])
   finally:
     iterator.close()
+
+
+def test_worker_processes_send_their_batches_through_their_rings(small):
+  batches = train_batches(small, 32)
+  iterator = iterate(batches, 0, 2)
+  try:
+    got = take(iterator, 4)
+    assert all(isinstance(b["image"].base, mmap.mmap) for b, _ in got)  # views of a ring, not Grain's blocks
+    assert_batches_equal(got, [batches[i] for i in range(4)])
+  finally:
+    iterator.close()
+  assert not glob.glob(f"{rings.ring_prefix(iterator.reader.tag)}*")
 
 
 def test_worker_processes_end_by_themselves_when_closed(small):

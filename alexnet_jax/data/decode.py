@@ -21,7 +21,7 @@ import logging
 import numpy as np
 import simplejpeg
 
-from alexnet_jax.data import augment, sources
+from alexnet_jax.data import augment, rings, sources
 from alexnet_jax.data.sources import UNREADABLE, DataError, decode
 
 # The stated cost of fast_decode, |fast − PIL| in levels of 0..255, with room over the worst seen on busy-chroma JPEGs.
@@ -67,7 +67,7 @@ class Decoder:
     """batch's images and labels, and per row the unreadable examples passed over (N,) int: a row whose own example
     could not be read holds the next readable one's. The images are decoded into `out` where given (N arrays of
     (size, size, 3) uint8, e.g. rows of a larger batch), which is returned in their place."""
-    images = np.empty((len(indices), self.size, self.size, 3), np.uint8) if out is None else out
+    images = rings.empty((len(indices), self.size, self.size, 3)) if out is None else out
     reads = self._map(self.read_into, [int(i) for i in indices], images)  # a row of `images` is a view into it
     return (images, np.array([label for label, _ in reads], np.int32),
             np.array([skipped for _, skipped in reads], np.int64))

@@ -25,7 +25,7 @@ import grain
 import numpy as np
 from absl import flags
 
-from alexnet_jax.data import augment, cache, decode, nvdecode, procedural, sources, store
+from alexnet_jax.data import augment, cache, decode, nvdecode, procedural, rings, sources, store
 from alexnet_jax.data.statistics import Statistics, measure
 from alexnet_jax.data.workers import exit_with
 
@@ -95,8 +95,10 @@ class Dataset:
     """(batch, skipped) of a batch of draws under a cache (cache.py's layout): only the rows `places`
     marks (≥ 0) decoded, each into its block's rows of 'image' (blocks of `block` rows, K = `k` images each)."""
     decode = np.flatnonzero(places >= 0)
-    images = np.zeros((len(places) // block * k, self.size, self.size, 3), np.uint8)
-    into = [images[r // block * k + places[r]] for r in decode]
+    images = rings.empty((len(places) // block * k, self.size, self.size, 3))
+    into = decode // block * k + places[decode]
+    images[np.setdiff1d(np.arange(len(images)), into)] = 0  # the blocks' padding
+    into = [images[r] for r in into]
     _, decoded_labels, skipped = self.train.rows(draws["index"][decode], out=into)
     labels = np.full(len(places), -1, np.int32)
     labels[decode] = decoded_labels
@@ -140,12 +142,13 @@ def _process_share(dataset: Dataset, rows: slice, cached: cache.Schedule | None,
                    draws: dict) -> tuple[dict, int]:
   share = {k: v[rows] for k, v in draws.items()}
   if cached is None or not cached.slots:
-    return dataset.train_batch(share)
+    batch, skipped = dataset.train_batch(share)
+    return rings.sent(batch), skipped
   places, k = cache.layout(cached, step, draws["index"], rows)
   batch, skipped = dataset.cached_train_batch(share, places, k, cached.batch_size // cached.blocks)
   if cached.tiered:  # from the global batch: a process's own rows cannot tell what the others send
     batch["sent"] = cache.sent_per_block(cached, step, draws["index"])
-  return batch, skipped
+  return rings.sent(batch), skipped
 
 
 def host_rows(n: int, share: float) -> np.ndarray:
@@ -168,14 +171,36 @@ def iterate(batches, start: int, workers: int):
   # (Grain issue #398). But a batch larger than the pipe holds (64 KiB) must not take it: a worker stopped while
   # writing one waits at its exit for a reader that is gone, until Grain kills it 25 s later, worker after worker.
   ds = grain.experimental.WithOptionsIterDataset(ds, grain.experimental.DatasetOptions(min_shm_size=MIN_SHM_BYTES))
-  workers_exit = functools.partial(_worker_start, os.getpid())
-  return iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=workers_exit))
+  reader = rings.Reader()
+  workers_start = functools.partial(_worker_start, os.getpid(), reader.tag)
+  received = iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers), worker_init_fn=workers_start))
+  return _Received(received, reader)
 
 
-def _worker_start(parent: int, index: int, count: int) -> None:
-  """Grain's worker_init_fn: a worker ends with the process that started it (workers.exit_with)."""
+def _worker_start(parent: int, rings_tag: str, index: int, count: int) -> None:
+  """Grain's worker_init_fn: a worker ends with the process that started it (workers.exit_with) and decodes its
+  batches' images into a ring of its own (rings.py)."""
   del index, count
   exit_with(parent)
+  rings.serve(rings_tag)
+
+
+class _Received:
+  """Grain's iterator over the worker processes, each batch's images opened where they lie in the worker's ring."""
+
+  def __init__(self, iterator, reader: rings.Reader):
+    self.iterator, self.reader = iterator, reader
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> tuple[dict, int]:
+    batch, skipped = next(self.iterator)
+    return self.reader.received(batch), skipped
+
+  def close(self) -> None:
+    getattr(self.iterator, "close", lambda: None)()
+    self.reader.close()
 
 
 def _ahead() -> grain.ReadOptions:

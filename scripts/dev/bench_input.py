@@ -2,14 +2,16 @@
 crop, flip and PCA draws, batch; the device's crops, flips, shifts and normalisation), how many host cores keep a
 GPU pair fed, and the CPU decoder of fixed-size JPEGs alone:
 
-  python scripts/dev/bench_input.py [--folder ROOT] [--images 512] [--threads 1,2,4] [--workers 0,2] [--json OUT]
+  python scripts/dev/bench_input.py [--folder ROOT] [--images 512] [--store STORE] [--threads 1,2,4] [--workers 0,2]
+      [--json OUT]
 
 Without --folder it first writes an ImageNet-like folder: JPEGs of the procedural images at the sizes and file sizes
 ImageNet's training photos commonly have. Each setting reads the same batches from a fresh iterator, the start-up
 batches untimed; each stage is also timed alone on one core: cores needed = model images/s ÷ pipeline images/s per
 core. The decoder section decodes --jpegs 256×256 JPEGs (a store's kind) a batch at a time with decode.Decoder on
 1…--decode_threads threads, with and without libjpeg-turbo's fast DCT and upsampling, against PIL on one thread;
-the 'store' rows put the same images through the whole pipeline.
+the 'store' rows put the same images through the whole pipeline; the 'disk' rows read --store's store as training
+does, through the worker processes.
 """
 
 import argparse
@@ -148,6 +150,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--folder", help="an image folder root/train/<class>/*.jpg (default: a generated one)")
   parser.add_argument("--images", type=int, default=512, help="images to generate when --folder is not given")
+  parser.add_argument("--store", help="a store (make prepare … --store): its rows too, as training reads it")
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--batches", type=int, default=24, help="batches timed per setting")
   parser.add_argument("--threads", default="1,2,4")
@@ -170,6 +173,12 @@ def main():
     stages["full"] = stage_times(dataset)
     rows += [dict(images="full", threads=t, workers=w,
                   images_per_s=pipeline_rate(with_threads(dataset, t), args.batch, args.batches, w))
+             for w in workers for t in threads]
+  if args.store:
+    config.dataset.update(dict(name="store", data_dir=args.store, resize=256, num_classes=0))
+    on_disk = get_dataset(config)
+    rows += [dict(images="disk", threads=t, workers=w,
+                  images_per_s=pipeline_rate(with_threads(on_disk, t), args.batch, args.batches, w))
              for w in workers for t in threads]
   store = MemoryStore(args.jpegs)
   config.dataset.name = "store"
