@@ -1,6 +1,7 @@
 """Worker processes end with the process that started them, however it ends: Grain's data workers of training
 (data/pipeline.py's iterate) and make prepare's shard writers (data/prepare.py), after a SIGKILL of their parent."""
 
+import glob
 import os
 import select
 import signal
@@ -13,11 +14,13 @@ import psutil
 import pytest
 from PIL import Image
 
+from alexnet_jax.data import rings
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 GONE_WITHIN_S = 5
 
-# Two of training's Grain workers, each past its first batch, then a parent that waits to be killed.
+# Three of training's Grain workers, two of them past their first batch, then a parent that waits to be killed.
 ITERATE = """
 import time
 from alexnet_jax.configs import demo
@@ -25,9 +28,9 @@ from alexnet_jax.data import get_dataset, iterate, train_batches
 
 config = demo.get_config()
 config.dataset.update(dict(num_train_examples=64, num_eval_examples=8))
-batches = iterate(train_batches(get_dataset(config), 8), 0, 2)
-next(batches), next(batches)  # one from each worker
-print("ready", flush=True)
+batches = iterate(train_batches(get_dataset(config), 8), 0, 3)
+next(batches), next(batches)  # one from each of the first two workers
+print("ready", batches.reader.tag, flush=True)
 time.sleep(600)
 """
 
@@ -66,10 +69,16 @@ def test_training_data_workers_end_with_a_killed_run():
   run = subprocess.Popen([sys.executable, "-c", ITERATE], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
   try:
     assert select.select([run.stdout], [], [], 120)[0], "no batch from the workers in 120 s"
-    assert run.stdout.readline().strip() == "ready"
-    children = workers_of(psutil.Process(run.pid), 2)
-    assert sum("spawn_main" in " ".join(p.cmdline()) for p in children) >= 2, children
+    word, tag = run.stdout.readline().split()
+    assert word == "ready"
+    children = workers_of(psutil.Process(run.pid), 3)
+    assert sum("spawn_main" in " ".join(p.cmdline()) for p in children) >= 3, children
+    deadline = time.monotonic() + 60  # the third worker's ring, made for its first batch, which nobody took
+    while not (rings_left := glob.glob(f"{rings.ring_prefix(tag)}*")):
+      assert time.monotonic() < deadline, "no ring that the parent has not mapped"
+      time.sleep(0.05)
     assert_gone_after_kill(run, children)
+    assert not [path for path in rings_left if os.path.exists(path)]  # removed by the worker as it ended
   finally:
     run.kill()
     run.wait()

@@ -181,8 +181,8 @@ def _worker_start(parent: int, rings_tag: str, index: int, count: int) -> None:
   """Grain's worker_init_fn: a worker ends with the process that started it (workers.exit_with) and decodes its
   batches' images into a ring of its own (rings.py)."""
   del index, count
-  exit_with(parent)
   rings.serve(rings_tag)
+  exit_with(parent, before_exit=rings.leave)
 
 
 class _Received:

@@ -1,7 +1,8 @@
 """Decoded batches from worker processes through shared memory that stays mapped: each worker decodes a batch's
 images straight into a slot of its own ring (a file in /dev/shm made once, SLOTS batches long) and sends the slot's
 coordinates; the training process maps each ring once and hands on a view of the slot, which goes back to the worker
-when the last reference to it is gone.
+when the last reference to it is gone. A ring's file is removed once both have mapped it, or, if the training process
+never did, when it closes the iterator, or by the worker as it ends with a killed training process (workers.py).
 
 Why: Grain sends an array from a worker through a new shared-memory block each time, which the worker allocates
 page by page as it copies the batch in, and the training process maps and frees again; a ring's pages are made
@@ -111,6 +112,12 @@ def serve(tag: str) -> None:
   """In a worker process of the iterator `tag` (Reader.tag): batch images from empty() lie in its ring."""
   global _worker
   _worker = Worker(tag)
+
+
+def leave() -> None:
+  """In a worker whose training process has gone: its ring's file removed, if that process never mapped it."""
+  if _worker is not None:
+    _remove(_worker.path)
 
 
 def empty(shape: tuple, dtype=np.uint8) -> np.ndarray:

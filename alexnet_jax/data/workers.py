@@ -13,7 +13,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a preemption, Ctrl-C
 TRACKER_QUIET = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
 
 
-def exit_with(parent: int, poll_s: float = 0.2) -> None:
+def exit_with(parent: int, poll_s: float = 0.2, before_exit=lambda: None) -> None:
   """Ends this process within poll_s of process `parent` ending, however it ends (SIGKILL included). Otherwise a
   worker lives on, waiting on its queue and holding its memory, and, its signals blocked, ignores a SIGTERM. A thread
   watches this process's parent, which becomes another once `parent` is gone; Linux's PR_SET_PDEATHSIG would not
@@ -23,6 +23,7 @@ def exit_with(parent: int, poll_s: float = 0.2) -> None:
   def watch():
     while os.getppid() == parent:
       time.sleep(poll_s)
+    before_exit()  # what the worker leaves behind that only it knows of
     os._exit(1)
 
   threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
