@@ -16,6 +16,7 @@ SHAPE = (4, 8, 8, 3)
 def test_a_slot_is_free_again_only_once_the_last_view_of_its_batch_is_gone():
   reader = rings.Reader()
   worker = rings.Worker(reader.tag)  # this process as the worker: the two share the ring only through its file
+  assert worker.empty((0, *SHAPE[1:]), np.uint8).size == 0 and worker.ring is None  # sized by a batch with rows
   images = worker.empty(SHAPE, np.uint8)
   images[...] = np.arange(images.size).reshape(SHAPE)
   batch = dict(image=worker.slot(images), label=np.arange(4))
@@ -40,7 +41,8 @@ def test_a_worker_whose_slots_are_all_held_or_too_small_sends_its_own_arrays():
   worker = rings.Worker(reader.tag)
   held = [worker.empty(SHAPE, np.uint8) for _ in range(rings.SLOTS)]
   assert all(isinstance(worker.slot(a), rings.Slot) for a in held)
-  for extra in (worker.empty(SHAPE, np.uint8), worker.empty((8, *SHAPE[1:]), np.uint8)):
+  for extra in (worker.empty(SHAPE, np.uint8), worker.empty((8, *SHAPE[1:]), np.uint8),
+                worker.empty((0, *SHAPE[1:]), np.uint8)):
     assert worker.slot(extra) is extra  # sent as Grain sends any array
   reader.close()
   assert not glob.glob(f"{rings.ring_prefix(reader.tag)}*")  # the ring never mapped, removed all the same

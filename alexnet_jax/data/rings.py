@@ -87,6 +87,8 @@ class Worker:
     self.lock = threading.Lock()  # the worker's threads build batches side by side
 
   def empty(self, shape: tuple, dtype) -> np.ndarray:
+    if not np.prod(shape):  # no rows to decode (all cached): nothing to size a ring by
+      return np.empty(shape, dtype)
     with self.lock:
       if self.ring is None and not self.failed:
         try:
