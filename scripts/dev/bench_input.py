@@ -175,7 +175,7 @@ def main():
                   images_per_s=pipeline_rate(with_threads(dataset, t), args.batch, args.batches, w))
              for w in workers for t in threads]
   if args.store:
-    config.dataset.update(dict(name="store", data_dir=args.store, resize=256, num_classes=0))
+    config.dataset.update(dict(name="store", data_dir=args.store, num_classes=0))
     on_disk = get_dataset(config)
     rows += [dict(images="disk", threads=t, workers=w,
                   images_per_s=pipeline_rate(with_threads(on_disk, t), args.batch, args.batches, w))
