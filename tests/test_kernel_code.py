@@ -74,6 +74,9 @@ def test_the_convolutions_run_on_hopper_s_tensor_cores_from_async_16_byte_copies
     code = codes[kernel]
     assert code["mma"] > 0 and any(o.startswith("LDGSTS") for o in code["memory"]), (kernel, code)
     assert code["loads"] == 128, (kernel, code["memory"])
+    # Both of the tensor cores' operands come through the pipeline: a loop that loaded one into registers would wait
+    # on it every step (a filter tile whose offsets the compiler cannot prove 16-byte aligned does).
+    assert code["loops"] and all(loads == 0 for _, _, loads in code["loops"]), (kernel, code["loops"])
 
 
 @pytest.mark.parametrize("kernel, bits", [
@@ -89,8 +92,8 @@ def test_lrn_walks_unrolled_over_four_channels_shift_their_windows_by_renaming(c
   # the chunks the rules give at this batch), a shift is a renaming: fewer copies in four channels than in one, and a
   # tenth fewer instructions a channel at least.
   for kernel in ("lrn_pool_fwd", "lrn_pool_bwd"):
-    (loop, copies), *_ = codes[f"{kernel}_loop"]["loops"]
-    (unrolled, unrolled_copies), *_ = codes[f"{kernel}_unrolled"]["loops"]
+    (loop, copies, _), *_ = codes[f"{kernel}_loop"]["loops"]
+    (unrolled, unrolled_copies, _), *_ = codes[f"{kernel}_unrolled"]["loops"]
     assert unrolled_copies < copies and unrolled / 4 < 0.9 * loop, (kernel, codes[f"{kernel}_loop"]["loops"],
                                                                      codes[f"{kernel}_unrolled"]["loops"])
 

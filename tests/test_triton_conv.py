@@ -36,9 +36,10 @@ SHAPES = [
     (20, 5, 5, 33, 24, 1, 1, 0, 2),  # 1×1, N = 33
     (6, 5, 6, 130, 4, 3, 2, 1, 1),  # N = 130 spans two column tiles at one pixel; stride 2
     (34, 4, 5, 2, 136, 2, 3, 0, 1),  # 136 filters: two filter tiles; C not a multiple of the K step; stride 3
-    # 32 channels a group, a multiple of the forward's K step: each step within one (kh, kw)
-    (64, 5, 6, 3, 16, 3, 1, 1, 2),  # 3×3 pad 1, two groups
-    (32, 7, 7, 2, 8, 3, 2, 1, 1),  # stride 2
+    # 32 channels and 32 filters a group, multiples of the forward's and the data gradient's K steps: each step
+    # within one (kh, kw)
+    (64, 5, 6, 3, 64, 3, 1, 1, 2),  # 3×3 pad 1, two groups
+    (32, 7, 7, 2, 32, 3, 2, 1, 1),  # stride 2
 ]
 
 

@@ -125,6 +125,18 @@ def conv_fwd_kernel(x_ptr, w_ptr, b_ptr, m_ptr, y_ptr, N: tl.constexpr, C: tl.co
 
 
 @triton.jit
+def _read_pixels(th, tw, STRIDE: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr):
+  """(oh, ow, live) for th = ih + PAD - kh and tw alike: the output pixel whose gradient reaches input pixel (ih, iw)
+  through tap (kh, kw), where one does (live): th = oh·STRIDE and tw = ow·STRIDE inside the output."""
+  live = (th >= 0) & (tw >= 0)
+  if STRIDE > 1:
+    live &= (th % STRIDE == 0) & (tw % STRIDE == 0)
+  oh = th // STRIDE
+  ow = tw // STRIDE
+  return oh, ow, live & (oh < OH) & (ow < OW)
+
+
+@triton.jit
 def conv_dgrad_kernel(dy_ptr, w_ptr, m_ptr, dx_ptr, N: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
                       W: tl.constexpr, F: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr,
                       PAD: tl.constexpr, GROUPS: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
@@ -148,22 +160,29 @@ def conv_dgrad_kernel(dy_ptr, w_ptr, m_ptr, dx_ptr, N: tl.constexpr, C: tl.const
   ih = q // (N * W)
   acc = tl.zeros((BLOCK_C, BLOCK_Q), tl.float32)
   for k0 in range(0, K, BLOCK_K):
-    k = k0 + tl.arange(0, BLOCK_K)
-    f = k % FG  # f fastest in k: the filter tile reads w[c, kh, kw, :] contiguously
-    kw = k // FG % KW
-    kh = k // (FG * KW)
-    w_tile = tl.load(w_ptr + c[:, None] * (KH * KW * F) + ((kh * KW + kw) * F + g * FG + f)[None, :],
-                     mask=(c < CG)[:, None] & (k < K)[None, :], other=0.0)
-    th = ih[None, :] + (PAD - kh)[:, None]  # oh · STRIDE when this (kh, ih) pair is a real term
-    tw = iw[None, :] + (PAD - kw)[:, None]
-    live = (k < K)[:, None] & (q < Q)[None, :] & (th >= 0) & (tw >= 0)
-    if STRIDE > 1:
-      live &= (th % STRIDE == 0) & (tw % STRIDE == 0)
-    oh = th // STRIDE
-    ow = tw // STRIDE
-    live &= (oh < OH) & (ow < OW)
-    dy_off = (g * FG + f)[:, None] * (OH * OW * N) + oh * (OW * N) + ow * N + n[None, :]
-    dy_tile = tl.load(dy_ptr + dy_off, mask=live, other=0.0)
+    if FG % BLOCK_K == 0:
+      # A step lies within one filter tap (kh, kw), as in the forward: the gather's pixel offsets and mask are one
+      # per column, not per element.
+      khw = k0 // FG
+      f = tl.multiple_of(k0 % FG, BLOCK_K) + tl.arange(0, BLOCK_K)  # as k0's: the filter tile loads asynchronously
+      oh, ow, live = _read_pixels(ih + (PAD - khw // KW), iw + (PAD - khw % KW), STRIDE, OH, OW)
+      live &= q < Q
+      dy_tile = tl.load(dy_ptr + (g * FG + f)[:, None] * (OH * OW * N) + (oh * (OW * N) + ow * N + n)[None, :],
+                        mask=live[None, :], other=0.0)
+      w_tile = tl.load(w_ptr + c[:, None] * (KH * KW * F) + (khw * F + g * FG + f)[None, :],
+                       mask=(c < CG)[:, None], other=0.0)
+    else:
+      k = k0 + tl.arange(0, BLOCK_K)
+      f = k % FG  # f fastest in k: the filter tile reads w[c, kh, kw, :] contiguously
+      kw = k // FG % KW
+      kh = k // (FG * KW)
+      w_tile = tl.load(w_ptr + c[:, None] * (KH * KW * F) + ((kh * KW + kw) * F + g * FG + f)[None, :],
+                       mask=(c < CG)[:, None] & (k < K)[None, :], other=0.0)
+      oh, ow, live = _read_pixels(ih[None, :] + (PAD - kh)[:, None], iw[None, :] + (PAD - kw)[:, None], STRIDE, OH,
+                                  OW)
+      live &= (k < K)[:, None] & (q < Q)[None, :]
+      dy_off = (g * FG + f)[:, None] * (OH * OW * N) + oh * (OW * N) + ow * N + n[None, :]
+      dy_tile = tl.load(dy_ptr + dy_off, mask=live, other=0.0)
     acc = tl.dot(w_tile, dy_tile, acc, input_precision=INPUT_PRECISION)
   offsets = (g * CG + c)[:, None] * Q + q[None, :]
   inside = (c < CG)[:, None] & (q < Q)[None, :]

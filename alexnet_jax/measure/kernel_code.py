@@ -33,7 +33,9 @@ class KernelCode:
   shared_bytes: int  # a program's (Triton's pipeline buffers)
   memory: dict  # each global load and store opcode of the code (e.g. 'LDG.E.128', 'STG.E.U16') → how often it occurs
   mma: int  # tensor-core instructions (Hopper's warpgroup HGMMA, or HMMA)
-  loops: tuple  # each loop's body, in order: (instructions, of them register copies (MOV, IMAD.MOV))
+  # each loop's body, in order: (instructions, of them register copies (MOV, IMAD.MOV), of them global loads into
+  # registers (LDG): what the loop waits on, where the pipeline's asynchronous copies (LDGSTS) are not)
+  loops: tuple
 
   def widest(self, op: str) -> int:
     """The widest access in bits of the opcodes starting `op` ('LDG', 'STG'); 0 where there are none."""
@@ -94,7 +96,8 @@ def read_cubin(name: str, cubin: bytes, shared_bytes: int) -> KernelCode:
       target = re.search(r"`\(\.(L_x_\d+)\)", instruction.group(2))
       if opcodes[-1].startswith("BRA") and target and labels.get(target.group(1), len(opcodes)) < len(opcodes) - 1:
         body = opcodes[labels[target.group(1)]:]  # a branch back (not the exit's branch to itself): a loop's body
-        loops.append((len(body), sum(o.startswith(("MOV", "IMAD.MOV")) for o in body)))
+        loops.append((len(body), sum(o.startswith(("MOV", "IMAD.MOV")) for o in body),
+                      sum(o.startswith("LDG.") for o in body)))
   return KernelCode(name, int(resources["REG"]), int(resources["LOCAL"]), shared_bytes,
                     dict(collections.Counter(o for o in opcodes if re.match(r"(LDG|LDGSTS|STG)\.", o))),
                     sum(o.startswith(("HGMMA", "HMMA")) for o in opcodes), tuple(loops))

@@ -85,14 +85,14 @@ def main(argv):
   rows = []
   print(f"{args.dtype}, batch {args.batch}, compute capability {args.arch / 10:.1f}")
   print(f"{'layer':8} {'kernel':22} {'regs':>5} {'local':>6} {'shared':>7} {'load':>5} {'store':>5} {'mma':>4} "
-        f"{'loop':>5} {'copies':>6}")
+        f"{'loop':>5} {'copies':>6} {'loop loads':>10}")
   for name, primitive, avals, params in calls(table, config.image_size, args.batch, jnp.dtype(args.dtype)):
     code = compiled(primitive, *avals, arch=args.arch, **params)
     rows.append(dict(layer=name, **dataclasses.asdict(code), load_bits=code.widest("LDG"),
                      store_bits=code.widest("STG")))
-    loop, copies = max(code.loops, default=(0, 0))
+    loop, copies, loads = max(code.loops, default=(0, 0, 0))
     print(f"{name:8} {code.kernel:22} {code.registers:5} {code.local_bytes:6} {code.shared_bytes:7} "
-          f"{code.widest('LDG'):5} {code.widest('STG'):5} {code.mma:4} {loop:5} {copies:6}", flush=True)
+          f"{code.widest('LDG'):5} {code.widest('STG'):5} {code.mma:4} {loop:5} {copies:6} {loads:10}", flush=True)
   if args.json:
     with open(args.json, "w") as f:
       json.dump(dict(dtype=args.dtype, batch=args.batch, arch=args.arch, rows=rows), f, indent=1)
