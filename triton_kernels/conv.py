@@ -11,12 +11,12 @@ Layouts (cuda-convnet2's filter_acts / img_acts / weight_acts trio), all C-conti
 Groups G split C and F into equal consecutive blocks (the paper's two towers on one device); the last grid axis is
 the group. Each kernel is one GEMM per group whose pixel axis runs over (pixel, image) with the image fastest, so a
 tile's columns are consecutive images at one pixel and load coalesced (cuda-convnet's point); the strided operand is
-gathered from CHWN with masks, with no im2col buffer. In the forward kernel, where the reduction's step divides the
-group's channels, the reduction runs in (kh, kw, channel) order, so that a step lies within one filter tap and the
-gather takes one offset and mask per column instead of one per element (the filter gradient ran slower so:
-docs/kernels.md). 16-bit inputs run on tensor cores; float32 ones use INPUT_PRECISION "ieee" or "tf32";
-all accumulate in float32, and y and dx take the input dtype. The data gradient is right at any stride but
-efficient only at stride 1. Offsets are int32: every tensor holds fewer than 2³¹ elements.
+gathered from CHWN with masks, with no im2col buffer. Where the reduction's step divides a group's channels (the
+data gradient's: its filters), the forward and data-gradient kernels reduce in (kh, kw, channel) order, so that a step
+lies within one filter tap and the gather takes one offset and mask per column instead of one per element (the
+filter gradient ran slower so: docs/kernels.md). 16-bit inputs run on tensor cores; float32 ones use INPUT_PRECISION
+"ieee" or "tf32"; all accumulate in float32, and y and dx take the input dtype. The data gradient is right at any
+stride but efficient only at stride 1. Offsets are int32: every tensor holds fewer than 2³¹ elements.
 Tiles: `tiles_for` (conv_tiles.py's tuned table for 16-bit inputs, else `rule_of_thumb`). Design: docs/kernels.md.
 """
 
