@@ -1,7 +1,8 @@
 """Every Triton kernel of a network's step on one device, compiled for a GPU (Hopper by default) on this machine, which
 needs none: registers, local memory (spills), shared memory, the widest global load and store a thread makes, the
-tensor-core instructions, and the instructions of its longest loop's body and the register copies among them
-(alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a profile says one is slow.
+tensor-core instructions, and the instructions of its longest loop's body, the register copies and the loads into
+registers among them (alexnet_jax/measure/kernel_code.py). What to read before timing a kernel, or when a profile
+says one is slow.
 
   TRITON_INTERPRET=0 python3 scripts/dev/kernel_code.py --config configs/alexnet_1gpu.py [--batch 512]
       [--dtype bfloat16] [--arch 90] [--json OUT.json]
