@@ -124,3 +124,17 @@ def test_kernel_code_script_lists_every_kernel_of_alexnet_s_one_device_step():
                     *[(f"conv{i}", k) for i in range(2, 6) for k in conv],
                     *[(f"lrn{i}", f"chwn_lrn_max_pool_{d}") for i in (1, 2) for d in ("fwd", "bwd")],
                     ("pool5", "chwn_max_pool_fwd"), ("pool5", "chwn_max_pool_bwd")]
+
+
+def test_kernel_code_script_lists_a_lone_lrn_and_its_own_pools():
+  """ZFNet pools before each LRN: its LRNs run the LRN's own kernels, and every pool its own."""
+  code = ("import json, sys; sys.path.insert(0, 'scripts/dev'); import jax.numpy as jnp, kernel_code; "
+          "from alexnet_jax.network.table import zfnet; "
+          "print(json.dumps([(n, p.prim.name) for n, p, _, _ in kernel_code.calls(zfnet(), 224, 8, jnp.bfloat16) "
+          "if not n.startswith('conv')]))")
+  run = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert [tuple(x) for x in json.loads(run.stdout.strip().splitlines()[-1])] == [
+      (name, f"chwn_{kind}_{d}") for name, kind in (("pool1", "max_pool"), ("lrn1", "lrn"), ("pool2", "max_pool"),
+                                                    ("lrn2", "lrn"), ("pool5", "max_pool")) for d in ("fwd", "bwd")]

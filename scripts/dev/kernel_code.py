@@ -34,7 +34,8 @@ def calls(table, image_size: int, batch: int, dtype):
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 
-  from alexnet_jax.ops import conv, lrn, lrn_pool, pool  # noqa: PLC0415
+  from alexnet_jax.ops import conv, lrn_pool, pool  # noqa: PLC0415
+  from alexnet_jax.ops.lrn import LRN_BWD, LRN_FWD  # noqa: PLC0415  (ops.lrn is the op itself)
   from alexnet_jax.ops.backend import dot_precision  # noqa: PLC0415
   from triton_kernels.launch import pooled_shape  # noqa: PLC0415
 
@@ -61,8 +62,8 @@ def calls(table, image_size: int, batch: int, dtype):
         yield layer.name, lrn_pool.LRN_POOL_FWD, (x,), dict(params, **window)
         yield layer.name, lrn_pool.LRN_POOL_BWD, (x, pooled, s(pooled.shape, jnp.int8)), dict(params, **window)
       else:
-        yield layer.name, lrn.LRN_FWD, (x,), params
-        yield layer.name, lrn.LRN_BWD, (x, x), params
+        yield layer.name, LRN_FWD, (x,), params
+        yield layer.name, LRN_BWD, (x, x), params
     elif layer.kind == "pool" and layer.name not in after_lrn:
       window = dict(size=layer.size, stride=layer.stride)
       pooled = s(pooled_shape(shape, **window), dtype)
