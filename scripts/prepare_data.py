@@ -90,7 +90,8 @@ def train_command(root: str, manifest: dict) -> str:
       "dataset.resize": size, "dataset.train_split": train_split, "dataset.eval_split": eval_split}
   flags_ = [f"--config.dataset.data_dir={shlex.quote(os.path.abspath(root))}"] + [
       f"--config.{k}={shlex.quote(str(v))}" for k, v in changes.items() if get(config, k) != v]
-  command = f"python scripts/train.py --config configs/own_images.py {' '.join(flags_)} --workdir {shlex.quote(workdir)}"
+  command = (f"python scripts/train.py --config configs/own_images.py {' '.join(flags_)} "
+             f"--workdir {shlex.quote(workdir)}")
   return ("train (in the shell where .venv is active: source .venv/bin/activate):\n"
           f"  {command}"
           f"\nthen classify images with it:\n  python scripts/predict.py --workdir {shlex.quote(workdir)} IMAGES…")

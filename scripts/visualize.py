@@ -28,7 +28,8 @@ def main(argv):
   except (ValueError, OSError) as e:
     sys.exit(f"error: {e}")
   towers = ", ".join(f"{k.removeprefix('colour_tower_')} {v:.3f}" for k, v in colour.items())
-  print(f"wrote curves.png, conv1_filters.png and conv1_learned.png in {flags.FLAGS.workdir}; conv1 colour specialisation: {towers}")
+  print(f"wrote curves.png, conv1_filters.png and conv1_learned.png in {flags.FLAGS.workdir}; conv1 colour "
+        f"specialisation: {towers}")
 
 
 if __name__ == "__main__":

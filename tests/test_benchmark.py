@@ -1,5 +1,5 @@
-"""scripts/benchmark.py, scripts/dev/profile_step.py and scripts/dev/bench_end_to_end.py end to end on the demo config (tiny,
-CPU), and the reading of profiler traces."""
+"""scripts/benchmark.py, scripts/dev/profile_step.py and scripts/dev/bench_end_to_end.py end to end on the demo
+config (tiny, CPU), and the reading of profiler traces."""
 
 import json
 import math
@@ -72,8 +72,8 @@ def test_benchmark_refuses_an_unknown_system_in_one_line():
 
 def test_profile_step_tables_the_kernels_of_a_traced_step(tmp_path):
   out = tmp_path / "profile.json"
-  run = script("dev/profile_step.py", *SMALL, "--config.batch_size=4", "--system=xla:split", "--steps=1", f"--json={out}",
-               f"--trace_dir={tmp_path / 'trace'}")
+  run = script("dev/profile_step.py", *SMALL, "--config.batch_size=4", "--system=xla:split", "--steps=1",
+               f"--json={out}", f"--trace_dir={tmp_path / 'trace'}")
   assert run.returncode == 0, run.stderr[-2000:]
   summary = json.loads(out.read_text())
   assert set(summary["devices"]) == {"CPU:0", "CPU:1"}
@@ -153,7 +153,8 @@ def test_bench_end_to_end_times_training_on_a_store_against_the_synthetic_step(t
   for row in (cpu, gpu):
     assert row["images_per_s"] > 0 and row["host_images_per_s"] > 0
     assert row["of_synthetic"] == pytest.approx(row["images_per_s"] / result["synthetic_images_per_s"])
-    assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 2  # the thread's whole window, give or take the reads
+    # the thread's whole window, give or take the reads
+    assert set(row["feed"]) == {"host", "put", "loop"} and 0.5 < sum(row["feed"].values()) < 2
   assert "of synthetic" in run.stdout
   # The device cache holding the whole store, then the host's holding half, its puts two batches (8 rows) and one: the
   # epochs after the first read them.

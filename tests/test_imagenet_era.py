@@ -75,7 +75,8 @@ def test_one_tower_networks_refuse_towers(name):
 
 
 def reduced_config(name):
-  """configs/<name>.py at 1/16 width (NiN's 1/8) on the demo's procedural data, over both CPU devices (its mesh.data=-1)."""
+  """configs/<name>.py at 1/16 width (NiN's 1/8) on the demo's procedural data, over both CPU devices (its
+  mesh.data=-1)."""
   config = runpy.run_path(os.path.join(ROOT, "configs", f"{name}.py"))["get_config"]()
   config.width, config.image_size = 1 / 16, 32 if name.startswith("vgg") else 64  # VGG's five pools: 32 → 1
   if name == "nin":  # at 1/16 its 6-map stages, dropout after the third, learnt little in 60 steps

@@ -1,10 +1,10 @@
 """Runs of two processes on 127.0.0.1 (CPU devices, gloo collectives), one device each, through the documented
 launch line, stopped by a signal to one process: the paper's tower split, resumed by one process, and pmap's data
-parallelism, resumed by two as the hybrid. Each ends at the parameters of an uninterrupted process with two devices (every
-strategy computes the same function: the tower run stands for all), metrics written once, every evaluation example
-counted once, and pictures of filters held on the other process. The network is the paper's kinds of layer at their smallest
-(a conv reading across towers, LRN, dropout, fc layers gathered and summed), so that each process compiles in
-seconds; tests/test_placement.py checks each strategy's placement of the paper's network."""
+parallelism, resumed by two as the hybrid. Each ends at the parameters of an uninterrupted process with two devices
+(every strategy computes the same function: the tower run stands for all), metrics written once, every evaluation
+example counted once, and pictures of filters held on the other process. The network is the paper's kinds of layer
+at their smallest (a conv reading across towers, LRN, dropout, fc layers gathered and summed), so that each process
+compiles in seconds; tests/test_placement.py checks each strategy's placement of the paper's network."""
 
 import json
 import os

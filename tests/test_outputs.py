@@ -1,7 +1,7 @@
 """Where the scripts write (predict.py --json and --csv, export.py --out, evaluate.py --out): never over a run's own
-files (alexnet_jax.training.workdirs.check_output, the one rule of the three), beside them in the workdir if asked, every file
-whole or not at all, and a path that cannot be written said in one line with its reason; predict.py among images
-one of which is a decompression bomb."""
+files (alexnet_jax.training.workdirs.check_output, the one rule of the three), beside them in the workdir if asked,
+every file whole or not at all, and a path that cannot be written said in one line with its reason; predict.py among
+images one of which is a decompression bomb."""
 
 import json
 import os

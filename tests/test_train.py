@@ -14,7 +14,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from alexnet_jax.config import KEYS, paper_config, validate
-from alexnet_jax.data import DataError, augment, device_augment, eval_batches, get_dataset, device_batches, train_batches
+from alexnet_jax.data import (DataError, augment, device_augment, device_batches, eval_batches, get_dataset,
+                               train_batches)
 from alexnet_jax.training import evaluation, guard, loop, restore, step_input, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

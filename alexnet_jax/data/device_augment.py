@@ -11,7 +11,8 @@ import jax.numpy as jnp
 
 def crop_flip(images: jax.Array, offsets: jax.Array, flips: jax.Array, size: int) -> jax.Array:
   """(N, size, size, C): image n's size×size window at offsets[n] = (top, left), mirrored where flips[n]. Offsets
-  must lie in [0, S - size] (data.device_batches.check_batch sees to it: out of range, XLA would clamp them silently)."""
+  must lie in [0, S - size] (data.device_batches.check_batch sees to it: out of range, XLA would clamp them
+  silently)."""
 
   def one(image, offset, flip):
     crop = jax.lax.dynamic_slice(image, (offset[0], offset[1], 0), (size, size, image.shape[-1]))

@@ -49,7 +49,8 @@ def _fwd_launch(x, *, size, stride, padding, launch=()):
 
 def _bwd_launch(dy, *, size, stride, padding, height, width, launch=()):
   c, _, _, n = dy.shape
-  return triton_kernels().avg_pool.avg_pool_bwd_launch((c, height, width, n), size, stride, padding, dy.dtype.name, **dict(launch))
+  return triton_kernels().avg_pool.avg_pool_bwd_launch((c, height, width, n), size, stride, padding, dy.dtype.name,
+                                                       **dict(launch))
 
 
 def _pooled(x, size, stride, padding):
@@ -66,7 +67,8 @@ AVG_POOL_BWD = KernelPrimitive("chwn_avg_pool_bwd", KernelSpec(
     outputs=lambda dy, height, width, **_: [
         jax.ShapeDtypeStruct((dy.shape[0], height, width, dy.shape[3]), dy.dtype)]))
 GLOBAL_AVG_POOL_FWD = KernelPrimitive("chwn_global_avg_pool_fwd", KernelSpec(
-    launch=lambda x, launch=(): triton_kernels().avg_pool.global_avg_pool_fwd_launch(x.shape, x.dtype.name, **dict(launch)),
+    launch=lambda x, launch=(): triton_kernels().avg_pool.global_avg_pool_fwd_launch(x.shape, x.dtype.name,
+                                                                                      **dict(launch)),
     batch_last=(0,), outputs=lambda x, **_: [jax.ShapeDtypeStruct((x.shape[0], x.shape[3]), x.dtype)]))
 GLOBAL_AVG_POOL_BWD = KernelPrimitive("chwn_global_avg_pool_bwd", KernelSpec(
     launch=lambda dy, height, width, launch=(): triton_kernels().avg_pool.global_avg_pool_bwd_launch(

@@ -96,8 +96,8 @@ def write_filters(kernel: np.ndarray, path: str, steps: int | None = None, chang
   for t in range(towers):
     ax.text(-8, t * (height + TOWER_GAP) + height / 2, f"tower {TOWER_NAMES[t]}\ncolour {scores[t]:.2f}",
             ha="right", va="center", fontsize=10)
-  fig.text(0.01, 1 - 6 / (image.shape[0] + CAPTION_PIXELS), filters_caption(scores, f * towers, f"{kh}×{kw}", steps, change),
-           ha="left", va="top", fontsize=9)
+  fig.text(0.01, 1 - 6 / (image.shape[0] + CAPTION_PIXELS),
+           filters_caption(scores, f * towers, f"{kh}×{kw}", steps, change), ha="left", va="top", fontsize=9)
   fig.savefig(path, dpi=100, bbox_inches="tight", facecolor="white")
   plt.close(fig)
   return scores

@@ -71,5 +71,5 @@ def torch(layer, nn, shape, towers):
 
 
 FC = register_kind(Kind("fc", run, plain, torch, output_shape=lambda layer, shape: (layer.filters, shape[-1]),
-                        check=check, fan=lambda layer, shape: (math.prod(shape[:-1]),), flat=True, maps=False, flattens=True,
-                        sliced=True))
+                        check=check, fan=lambda layer, shape: (math.prod(shape[:-1]),), flat=True, maps=False,
+                        flattens=True, sliced=True))
