@@ -105,17 +105,23 @@ def test_access_bits_reads_sass_opcodes():
                                    "LDGSTS.E.BYPASS.128")] == [128, 64, 32, 16, 8, 128]
 
 
-def test_kernel_code_script_lists_every_kernel_of_alexnet_s_one_device_step():
-  """scripts/dev/kernel_code.py's kernels: each conv's three directions but conv1's data gradient (conv4's and
-  conv5's masked by the ReLU of the conv before), each LRN as one op with its max-pool, pool5 alone."""
+def script_calls(network: str) -> list[tuple]:
+  """(layer, primitive, operands) of each kernel scripts/dev/kernel_code.py compiles for network_table's `network`
+  at batch 8, listed in a process of its own (compiling nothing)."""
   code = ("import json, sys; sys.path.insert(0, 'scripts/dev'); import jax.numpy as jnp, kernel_code; "
-          "from alexnet_jax.network.table import alexnet; "
-          "print(json.dumps([(n, p.prim.name, len(a)) for n, p, a, _ in kernel_code.calls(alexnet(), 224, 8, "
-          "jnp.bfloat16)]))")
+          f"from alexnet_jax.network.table import {network}; "
+          "print(json.dumps([(n, p.prim.name, len(a)) for n, p, a, _ in kernel_code.calls("
+          f"{network}(), 224, 8, jnp.bfloat16)]))")
   run = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
-  listed = [tuple(x) for x in json.loads(run.stdout.strip().splitlines()[-1])]
+  return [tuple(x) for x in json.loads(run.stdout.strip().splitlines()[-1])]
+
+
+def test_kernel_code_script_lists_every_kernel_of_alexnet_s_one_device_step():
+  """scripts/dev/kernel_code.py's kernels: each conv's three directions but conv1's data gradient (conv4's and
+  conv5's masked by the ReLU of the conv before), each LRN as one op with its max-pool, pool5 alone."""
+  listed = script_calls("alexnet")
   masked = [(name, n) for name, kernel, n in listed if kernel == "chwn_conv_dgrad"]
   assert masked == [("conv2", 2), ("conv3", 2), ("conv4", 3), ("conv5", 3)]  # dy, w and the mask source
   listed = [(name, kernel) for name, kernel, _ in listed]
@@ -128,13 +134,6 @@ def test_kernel_code_script_lists_every_kernel_of_alexnet_s_one_device_step():
 
 def test_kernel_code_script_lists_a_lone_lrn_and_its_own_pools():
   """ZFNet pools before each LRN: its LRNs run the LRN's own kernels, and every pool its own."""
-  code = ("import json, sys; sys.path.insert(0, 'scripts/dev'); import jax.numpy as jnp, kernel_code; "
-          "from alexnet_jax.network.table import zfnet; "
-          "print(json.dumps([(n, p.prim.name) for n, p, _, _ in kernel_code.calls(zfnet(), 224, 8, jnp.bfloat16) "
-          "if not n.startswith('conv')]))")
-  run = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)),
-                       capture_output=True, text=True, timeout=120)
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert [tuple(x) for x in json.loads(run.stdout.strip().splitlines()[-1])] == [
+  assert [(name, kernel) for name, kernel, _ in script_calls("zfnet") if not name.startswith("conv")] == [
       (name, f"chwn_{kind}_{d}") for name, kind in (("pool1", "max_pool"), ("lrn1", "lrn"), ("pool2", "max_pool"),
                                                     ("lrn2", "lrn"), ("pool5", "max_pool")) for d in ("fwd", "bwd")]
