@@ -351,3 +351,38 @@ def test_gemm_peak_times_square_multiplies_and_refuses_a_size_that_is_not_one(tm
                        text=True, timeout=120)
   assert run.returncode != 0 and "Traceback" not in run.stderr
   assert run.stderr.strip().splitlines()[-1] == "error: --sizes takes positive whole numbers, got 0"
+
+
+def ab_benchmark(*args):
+  return subprocess.run([sys.executable, "scripts/dev/ab_benchmark.py", *args], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600)
+
+
+@pytest.mark.skipif(subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True).returncode != 0,
+                    reason="needs this tree's git history (--before is a revision)")
+def test_ab_benchmark_times_a_revision_against_this_tree_in_turns(tmp_path):
+  out = tmp_path / "ab.json"
+  run = ab_benchmark("--before=HEAD", "--rounds=2", f"--json={out}", "--", "--config", "configs/demo.py", *SMALL,
+                     "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
+                     "--noseparate", "--config.mesh.model=1")
+  assert run.returncode == 0, run.stderr[-2000:]
+  result = json.loads(out.read_text())
+  # in turns: before then after, then after then before; HEAD exported to a folder of its own
+  assert [(r["round"], r["tree"]) for r in result["rounds"]] == [(1, "before"), (1, "after"), (2, "after"),
+                                                                   (2, "before")]
+  rates = {t: sorted(r["rows"][0]["images_per_s"] for r in result["rounds"] if r["tree"] == t)
+           for t in ("before", "after")}
+  (row,) = result["rows"]
+  assert (row["config"], row["system"], row["devices"], row["batch"]) == ("demo", "plain:one", 1, 4)
+  assert row["before"] == pytest.approx(sum(rates["before"]) / 2) and row["after"] == pytest.approx(
+      sum(rates["after"]) / 2)
+  assert row["ratio"] == pytest.approx(row["after"] / row["before"])
+  assert f"{row['ratio']:.3f}" in run.stdout.splitlines()[-2]
+
+
+def test_ab_benchmark_refuses_a_before_that_is_no_tree_and_its_own_flags_after_the_separator():
+  run = ab_benchmark("--before=no-such-revision", "--", "--config", "configs/demo.py")
+  assert run.returncode != 0 and run.stderr.strip().splitlines()[-1].startswith(
+      "error: --before 'no-such-revision' is neither a folder nor a git revision")
+  run = ab_benchmark("--before=HEAD", "--", "--config", "configs/demo.py", "--json=x.json")
+  assert run.returncode != 0 and "give --json before `--`" in run.stderr.strip().splitlines()[-1]
