@@ -362,8 +362,9 @@ def ab_benchmark(*args):
                     reason="needs this tree's git history (--before is a revision)")
 def test_ab_benchmark_times_a_revision_against_this_tree_in_turns(tmp_path):
   out = tmp_path / "ab.json"
-  run = ab_benchmark("--before=HEAD", "--rounds=2", f"--json={out}", "--", "--config", "configs/demo.py", *SMALL,
-                     "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
+  # --after as a folder relative to where the script starts: each tree's runs start in the tree itself
+  run = ab_benchmark("--before=HEAD", "--after=.", "--rounds=2", f"--json={out}", "--", "--config", "configs/demo.py",
+                     *SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
                      "--noseparate", "--config.mesh.model=1")
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
@@ -380,9 +381,13 @@ def test_ab_benchmark_times_a_revision_against_this_tree_in_turns(tmp_path):
   assert f"{row['ratio']:.3f}" in run.stdout.splitlines()[-2]
 
 
-def test_ab_benchmark_refuses_a_before_that_is_no_tree_and_its_own_flags_after_the_separator():
+def test_ab_benchmark_refuses_a_before_that_is_no_tree_and_its_own_flags_after_the_separator(tmp_path):
   run = ab_benchmark("--before=no-such-revision", "--", "--config", "configs/demo.py")
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1].startswith(
       "error: --before 'no-such-revision' is neither a folder nor a git revision")
   run = ab_benchmark("--before=HEAD", "--", "--config", "configs/demo.py", "--json=x.json")
   assert run.returncode != 0 and "give --json before `--`" in run.stderr.strip().splitlines()[-1]
+  # a folder without the project: a run there would import the installed copy and time this tree twice
+  run = ab_benchmark(f"--before={tmp_path}", "--", "--config", "configs/demo.py")
+  assert run.returncode != 0 and run.stderr.strip().splitlines()[-1].startswith(
+      f"error: {tmp_path} holds no tree of this project: a run there imports alexnet_jax from ")

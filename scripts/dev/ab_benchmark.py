@@ -37,6 +37,19 @@ def exported(rev: str, into: str) -> str:
   return tree
 
 
+def checked(tree: str) -> str:
+  """`tree` as an absolute path, once a run there imports the project from it, not an installed copy (a folder
+  without the project would otherwise time the installed one, unsaid)."""
+  tree = os.path.abspath(tree)
+  where = subprocess.run([sys.executable, "-c", "import alexnet_jax; print(alexnet_jax.__file__)"], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True)
+  found = where.stdout.strip()
+  if where.returncode or not found.startswith(os.path.join(tree, "")):
+    sys.exit(f"error: {tree} holds no tree of this project: a run there imports alexnet_jax from "
+             f"{found or 'nowhere'}")
+  return tree
+
+
 def timed(tree: str, name: str, args: list[str], work: str, round_: int) -> list[dict]:
   """benchmark.py's rows for `args` in `tree`, run there with the tree on the path and a cache of its own."""
   out = os.path.join(work, f"{name}_{round_}.json")
@@ -81,8 +94,8 @@ def main():
   if any(a.startswith(("--json", "--compilation_cache")) for a in benchmark_args):
     sys.exit("error: --json and --compilation_cache are this script's own: give --json before `--`")
   with tempfile.TemporaryDirectory() as work:
-    trees = dict(before=args.before if os.path.isdir(args.before) else exported(args.before, work),
-                 after=args.after)
+    trees = dict(before=checked(args.before if os.path.isdir(args.before) else exported(args.before, work)),
+                 after=checked(args.after))
     rounds = []
     for k in range(args.rounds):
       for name in ("before", "after") if k % 2 == 0 else ("after", "before"):
