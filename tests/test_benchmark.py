@@ -358,8 +358,12 @@ def ab_benchmark(*args):
                         text=True, timeout=600)
 
 
-@pytest.mark.skipif(subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True).returncode != 0,
-                    reason="needs this tree's git history (--before is a revision)")
+needs_git = pytest.mark.skipif(
+    subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True).returncode != 0,
+    reason="needs this tree's git history (--before is a revision)")
+
+
+@needs_git
 def test_ab_benchmark_times_a_revision_against_this_tree_in_turns(tmp_path):
   out = tmp_path / "ab.json"
   # --after as a folder relative to where the script starts: each tree's runs start in the tree itself
@@ -391,3 +395,21 @@ def test_ab_benchmark_refuses_a_before_that_is_no_tree_and_its_own_flags_after_t
   run = ab_benchmark(f"--before={tmp_path}", "--", "--config", "configs/demo.py")
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1].startswith(
       f"error: {tmp_path} holds no tree of this project: a run there imports alexnet_jax from ")
+
+
+@needs_git
+def test_ab_benchmark_keeps_the_runs_before_one_that_fails(tmp_path):
+  # An after tree whose benchmark cannot run: the before tree's run, made first, stays in --json.
+  broken = tmp_path / "broken"
+  broken.mkdir()
+  archive = subprocess.run(["git", "-C", ROOT, "archive", "--format=tar", "HEAD"], capture_output=True, check=True)
+  subprocess.run(["tar", "-x", "-C", str(broken)], input=archive.stdout, check=True)
+  (broken / "scripts" / "benchmark.py").write_text("raise SystemExit('this tree cannot time')\n")
+  out = tmp_path / "ab.json"
+  run = ab_benchmark("--before=HEAD", f"--after={broken}", f"--json={out}", "--", "--config", "configs/demo.py",
+                     *SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
+                     "--noseparate", "--config.mesh.model=1")
+  assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == (
+      f"error: after's benchmark.py wrote no rows: this tree cannot time (the runs before it are in {out})")
+  (done,) = json.loads(out.read_text())["rounds"]
+  assert done["tree"] == "before" and done["rows"][0]["images_per_s"] > 0

@@ -9,7 +9,8 @@ round after then before, so that a drift of the machine's speed falls on both; e
 its own (its kernels differ). --before is a git revision of this checkout (exported to a temporary folder) or a
 folder holding a tree of the project (where there is no git: a copy made with `git archive`); --after is this tree
 by default. Prints per row (config, system, devices, dtype, batch) each tree's images/s, the median of its rounds,
-the ratio after/before and the largest spread between a tree's rounds; --json writes that with every round's rows.
+the ratio after/before and the largest spread between a tree's rounds; --json writes that with every round's rows,
+anew after each run, so that a run that fails loses none before it.
 """
 
 import argparse
@@ -57,7 +58,7 @@ def timed(tree: str, name: str, args: list[str], work: str, round_: int) -> list
                         f"--compilation_cache={os.path.join(work, 'cache_' + name)}"], cwd=tree,
                        env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True)
   if not os.path.exists(out):
-    sys.exit(f"error: {name}'s benchmark.py wrote no rows: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+    raise RuntimeError(f"{name}'s benchmark.py wrote no rows: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
   with open(out) as f:
     return json.load(f)
 
@@ -93,14 +94,25 @@ def main():
     sys.exit("error: --rounds must be at least 1, and benchmark.py's arguments follow `--` (--config … at least)")
   if any(a.startswith(("--json", "--compilation_cache")) for a in benchmark_args):
     sys.exit("error: --json and --compilation_cache are this script's own: give --json before `--`")
+
+  def save(rounds: list[dict]) -> None:  # after every run: a later one that fails loses none of them
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump(dict(before=args.before, after=args.after, benchmark_args=benchmark_args, rows=compared(rounds),
+                       rounds=rounds), f, indent=1)
+
+  rounds = []
   with tempfile.TemporaryDirectory() as work:
     trees = dict(before=checked(args.before if os.path.isdir(args.before) else exported(args.before, work)),
                  after=checked(args.after))
-    rounds = []
     for k in range(args.rounds):
       for name in ("before", "after") if k % 2 == 0 else ("after", "before"):
         print(f"round {k + 1}: {name} ({trees[name]})", flush=True)
-        rounds.append(dict(round=k + 1, tree=name, rows=timed(trees[name], name, benchmark_args, work, k + 1)))
+        try:
+          rounds.append(dict(round=k + 1, tree=name, rows=timed(trees[name], name, benchmark_args, work, k + 1)))
+        except RuntimeError as e:
+          sys.exit(f"error: {e}" + (f" (the runs before it are in {args.json})" if args.json and rounds else ""))
+        save(rounds)
   rows = compared(rounds)
   print(f"\n{'config':14} {'system':12} {'dev':>3} {'dtype':9} {'batch':>5} {'before':>9} {'after':>9} "
         f"{'after/before':>12} {'spread':>6}")
@@ -108,10 +120,6 @@ def main():
     print(f"{r['config']:14} {r['system']:12} {r['devices']:3d} {r['dtype']:9} {r['batch']:5d} {r['before']:9,.0f} "
           f"{r['after']:9,.0f} {r['ratio']:12.3f} {r['rounds_spread']:6.1%}")
   print(f"images/s, the median of {args.rounds} round(s) a tree; spread: the largest gap between one tree's rounds")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(dict(before=args.before, after=args.after, benchmark_args=benchmark_args, rows=rows, rounds=rounds),
-                f, indent=1)
   if not rows:
     sys.exit("error: no row was timed in both trees (the rounds' rows say why)")
 
