@@ -353,6 +353,11 @@ def test_gemm_peak_times_square_multiplies_and_refuses_a_size_that_is_not_one(tm
   assert run.stderr.strip().splitlines()[-1] == "error: --sizes takes positive whole numbers, got 0"
 
 
+# benchmark.py's arguments for one small row in this process, as each tree times it
+ONE_ROW = [*SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
+           "--noseparate", "--config.mesh.model=1"]
+
+
 def ab_benchmark(*args):
   return subprocess.run([sys.executable, "scripts/dev/ab_benchmark.py", *args], cwd=ROOT, capture_output=True,
                         text=True, timeout=600)
@@ -368,8 +373,7 @@ def test_ab_benchmark_times_a_revision_against_this_tree_in_turns(tmp_path):
   out = tmp_path / "ab.json"
   # --after as a folder relative to where the script starts: each tree's runs start in the tree itself
   run = ab_benchmark("--before=HEAD", "--after=.", "--rounds=2", f"--json={out}", "--", "--config", "configs/demo.py",
-                     *SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
-                     "--noseparate", "--config.mesh.model=1")
+                     *ONE_ROW)
   assert run.returncode == 0, run.stderr[-2000:]
   result = json.loads(out.read_text())
   # in turns: before then after, then after then before; HEAD exported to a folder of its own
@@ -407,8 +411,7 @@ def test_ab_benchmark_keeps_the_runs_before_one_that_fails(tmp_path):
   (broken / "scripts" / "benchmark.py").write_text("raise SystemExit('this tree cannot time')\n")
   out = tmp_path / "ab.json"
   run = ab_benchmark("--before=HEAD", f"--after={broken}", f"--json={out}", "--", "--config", "configs/demo.py",
-                     *SMALL, "--systems=plain:one", "--dtypes=float32", "--batches=4", "--steps=1", "--windows=1",
-                     "--noseparate", "--config.mesh.model=1")
+                     *ONE_ROW)
   assert run.returncode != 0 and run.stderr.strip().splitlines()[-1] == (
       f"error: after's benchmark.py wrote no rows: this tree cannot time (the runs before it are in {out})")
   (done,) = json.loads(out.read_text())["rounds"]
